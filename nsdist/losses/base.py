@@ -1,0 +1,83 @@
+"""The one interface every surrogate loss implements (SPEC §3).
+
+Every surrogate here is a function of the scores ``s = X @ w`` only, so a loss
+is written once on scores::
+
+    value, dscore = loss.value_and_dscore(s, y)      # dscore = d l / d s, shape (n,)
+
+and the chain rule gives the (sub)gradient in weight space with one more
+mat-vec, ``X.T @ dscore``.  The solvers use ``value_and_dscore`` directly (it also
+gives the intercept's subgradient, ``dscore.sum()``); ``value`` and
+``value_and_grad`` are the SPEC §3 entry points on ``(X, y, w)``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class Loss(ABC):
+    """A convex surrogate ``l(w)`` of ``1 - P`` for a performance measure ``P``.
+
+    Subclasses implement :meth:`value_and_dscore`, one exact maximisation that
+    yields the value and a subgradient with respect to the scores.  When the
+    buffer lacks one of the classes, every loss here returns ``(0.0, zeros)``:
+    the solvers then skip the epoch and count it (SPEC §3).
+    """
+
+    #: registry name, e.g. ``"pauc"``
+    name: str = ""
+
+    @abstractmethod
+    def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Value and subgradient w.r.t. the scores.
+
+        Parameters
+        ----------
+        s : ndarray of shape (n,)
+            Scores ``X @ w`` (float32 or float64).
+        y : ndarray of shape (n,)
+            Labels in ``{-1, +1}`` (already validated).
+
+        Returns
+        -------
+        value : float
+        dscore : ndarray of shape (n,), float64
+            A subgradient of the loss with respect to ``s``.
+        """
+
+    def params(self) -> dict:
+        """The loss's parameters (for model metadata and ``repr``)."""
+        return {}
+
+    def value(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+        """``l(w)`` on the buffer ``(X, y)``."""
+        return self.value_and_grad(X, y, w)[0]
+
+    def value_and_grad(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, np.ndarray]:
+        """``l(w)`` and a subgradient ``X.T @ dl/ds`` from one maximisation.
+
+        ``X`` keeps its dtype: a float32 buffer is multiplied in float32.
+        """
+        X, y, w = _check_xyw(X, y, w)
+        s = X @ w.astype(X.dtype, copy=False)
+        value, dscore = self.value_and_dscore(s, y)
+        return value, (X.T @ dscore.astype(X.dtype, copy=False)).astype(np.float64, copy=False)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def _check_xyw(X, y, w):
+    from .._validation import as_pm1_labels, check_matrix
+
+    X = check_matrix(X)
+    y = as_pm1_labels(y)
+    w = np.asarray(w, dtype=np.float64)
+    if w.shape != (X.shape[1],):
+        raise ValueError(f"w has shape {w.shape}, expected ({X.shape[1]},) to match X")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"y has {y.shape[0]} labels but X has {X.shape[0]} rows")
+    return X, y, w
