@@ -77,11 +77,11 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
     est = NonDecomposableClassifier(**params)
-    setup = est._sgd_setup(ds.n_features)
+    setup = est._sgd_setup(ds.n_features, ds.num_rows)
     if est.solver not in _STREAMING:
         return _train_in_memory(est, ds, client)
     cfg = ChainConfig(loss=setup.loss, buffer_size=est.buffer_size, eta=setup.eta, radius=setup.radius,
-                      fit_intercept=est.fit_intercept, n_passes=est.n_passes, shuffle=est.shuffle,
+                      fit_intercept=setup.fit_intercept, n_passes=est.n_passes, shuffle=est.shuffle,
                       random_state=est.random_state, two_pass=est.solver == "2pmb")
     job = cfg.token()
     start, state, reservoir, prior, offset = 0, None, None, [], 0.0
@@ -126,7 +126,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         "final_loss": float(done["loss"][-min(len(done), 20):].mean()) if len(done) else None,
         "curve": curve,
     }
-    return LinearModel(coef=w, intercept=b if est.fit_intercept else 0.0, measure=est.measure,
+    return LinearModel(coef=w, intercept=b, measure=est.measure,
                        params=est._model_params(), feature_names=list(ds.feature_names),
                        dataset_fingerprint=ds.fingerprint, history=history)
 

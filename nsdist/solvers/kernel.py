@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..losses.base import Loss
+from ..losses.base import Loss, weight_gradient
 
 __all__ = ["SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2"]
 
@@ -175,7 +175,7 @@ def run_epochs(
         value, dscore = loss.value_and_dscore(s, ye)
         st.epoch += 1
         step = eta / np.sqrt(st.epoch)
-        grad = (Xe.T @ dscore.astype(Xe.dtype, copy=False)).astype(np.float64, copy=False)
+        grad = weight_gradient(Xe, dscore)
         st.w = project_l2(st.w - step * grad, radius)
         if fit_intercept:
             st.b -= step * float(dscore.sum())

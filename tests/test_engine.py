@@ -1,0 +1,223 @@
+"""The Dask engine against the in-memory solvers and metrics (SPEC §5).
+
+Real Dask only: a ``LocalCluster`` with worker processes, and ``dask scheduler``
+/ ``dask worker`` processes on 127.0.0.1 started here.  Real Parquet files of
+the Letter data set (positive class ``N``), written the way a user would
+(one column per feature and a label column), trained without an ingest step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client, LocalCluster
+
+import nsdist
+from nsdist import metrics
+from nsdist.api import evaluate, open_dataset, train
+from nsdist.engine.chain import ChainConfig, PartitionChain
+from nsdist.engine.evaluate import evaluate_dataset, sortable_keys
+from nsdist.model import LinearModel
+
+REPO = Path(__file__).resolve().parents[1]
+LETTER = REPO / "data" / "letter" / "letter-recognition.data"
+
+
+def letter_arrays() -> tuple[np.ndarray, np.ndarray]:
+    rows = np.loadtxt(LETTER, delimiter=",", dtype=str)
+    X = rows[:, 1:].astype(np.float64)
+    y = np.where(rows[:, 0] == "N", 1, -1).astype(np.int8)
+    return (X - X.mean(0)) / X.std(0), y
+
+
+def write_parquet(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    for i, start in enumerate(range(0, len(y), rows_per_file)):
+        sl = slice(start, start + rows_per_file)
+        cols = {f"f{j}": X[sl, j] for j in range(X.shape[1])}
+        cols["label"] = y[sl]
+        pq.write_table(pa.table(cols), root / f"part-{i:05d}.parquet")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def letter():
+    return letter_arrays()
+
+
+@pytest.fixture(scope="module")
+def letter_parquet(tmp_path_factory, letter):
+    X, y = letter
+    X, y = X[:16000], y[:16000]
+    return write_parquet(tmp_path_factory.mktemp("letter"), X, y, rows_per_file=4000), X, y
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        yield client
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+@pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
+def test_engine_equals_in_memory_solver(cluster, letter_parquet, solver, measure):
+    url, X, y = letter_parquet
+    params = dict(measure=measure, solver=solver, buffer_size=500, n_passes=2, shuffle=False, random_state=3)
+    model = train(url, client=cluster, **params)
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(np.ravel(est.intercept_)[0])
+    assert model.history["rows_seen"] == 2 * (len(y) if solver == "1pmb" else int((y < 0).sum()))
+
+
+def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
+    X, y = letter[0][:5000], letter[1][:5000]
+    url = write_parquet(tmp_path / "one", X, y, rows_per_file=5000)
+    params = dict(measure="pauc", solver="2pmb", buffer_size=500, n_passes=3, shuffle=True, random_state=11)
+    model = train(url, client=cluster, **params)
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+
+
+def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
+    url, _, _ = letter_parquet
+    a = train(url, client=cluster, measure="pauc", solver="1pmb", n_passes=2, random_state=5)
+    b = train(url, client=cluster, measure="pauc", solver="1pmb", n_passes=2, random_state=5)
+    c = train(url, client=cluster, measure="pauc", solver="1pmb", n_passes=2, random_state=6)
+    np.testing.assert_array_equal(a.coef, b.coef)
+    assert not np.array_equal(a.coef, c.coef)
+
+
+def test_prefetch_bounds_partitions_in_memory(cluster, tmp_path, letter):
+    X, y = letter
+    url = write_parquet(tmp_path / "many", X, y, rows_per_file=1000)     # 20 partitions
+    ds = open_dataset(url)
+    from nsdist.estimator import NonDecomposableClassifier
+    setup = NonDecomposableClassifier(measure="pauc")._sgd_setup(ds.n_features)
+    cfg = ChainConfig(loss=setup.loss, buffer_size=500, eta=setup.eta, radius=setup.radius, fit_intercept=True,
+                      n_passes=1, shuffle=True, random_state=0)
+    held: list[int] = []
+
+    def count_loaded(_):
+        keys = [k for ks in cluster.has_what().values() for k in ks]
+        held.append(sum(str(k).startswith("nsdist-load") for k in keys))
+
+    chain = PartitionChain(cluster, ds, cfg, prefetch=2, on_step=count_loaded)
+    chain.run()
+    assert len(held) == 20
+    assert max(held) <= 2 + 1
+
+
+def test_evaluate_equals_in_memory_metrics_with_ties(cluster, tmp_path, letter):
+    X, y = letter
+    Xi = np.rint(X * 2)                             # integer features: many tied scores
+    url = write_parquet(tmp_path / "ties", Xi, y, rows_per_file=3000)
+    rng = np.random.default_rng(0)
+    w = rng.integers(-2, 3, size=X.shape[1]).astype(float)
+    s = Xi @ w + 1.0
+    assert np.unique(s).size < len(s) // 10
+    for beta, k in [(0.1, None), (0.05, 50), (1.0, 0.2)]:
+        model = LinearModel(coef=w, intercept=1.0, measure="pauc" if k is None else "prec@k",
+                            params={"beta": beta, "k": k}, feature_names=[f"f{j}" for j in range(X.shape[1])])
+        got = evaluate(model, url, client=cluster)
+        kk = k if k is not None else int((y > 0).sum()) / len(y)
+        assert got["partial_auc"] == metrics.partial_auc(y, s, 0.1 if model.measure != "pauc" else beta)
+        assert got["auc"] == metrics.auc(y, s)
+        assert got["precision_at_k"] == metrics.precision_at_k(y, s, kk)
+        assert got["prbep"] == metrics.prbep(y, s)
+        assert got["f1_score"] == metrics.f1_score(y, s)
+
+
+def test_radix_selection_finds_exact_order_statistics(cluster):
+    rng = np.random.default_rng(1)
+    s = np.concatenate([rng.normal(size=3000), -np.abs(rng.normal(size=1000)), np.zeros(500), [-0.0] * 10,
+                        rng.integers(-3, 4, size=2000).astype(float)])
+    order = np.argsort(sortable_keys(s), kind="stable")
+    assert np.all(np.diff(s[order]) >= 0)
+
+
+def test_evaluate_refuses_other_schema(cluster, letter_parquet):
+    url, X, _ = letter_parquet
+    model = LinearModel(coef=np.ones(X.shape[1]), intercept=0.0, measure="pauc",
+                        feature_names=[f"g{j}" for j in range(X.shape[1])])
+    with pytest.raises(ValueError, match="missing 'g0'"):
+        evaluate(model, url, client=cluster)
+
+
+def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter):
+    X, y = letter
+    url = write_parquet(tmp_path / "ck", X, y, rows_per_file=2000)      # 10 partitions
+    ckpt = tmp_path / "ckpt.json"
+    params = dict(measure="pauc", solver="2pmb", n_passes=2, random_state=2)
+    full = train(url, client=cluster, **params)
+    snapshot = tmp_path / "mid.json"
+
+    def keep_midway(p):
+        if p.step == 7:
+            shutil.copy(ckpt, snapshot)
+
+    train(url, client=cluster, checkpoint=str(ckpt), checkpoint_every=1, on_step=keep_midway, **params)
+    assert json.loads(snapshot.read_text())["position"] == 7
+    shutil.copy(snapshot, ckpt)
+    resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **params)
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
+    with pytest.raises(ValueError, match="other training parameters"):
+        train(url, client=cluster, checkpoint=str(ckpt), resume=True, **{**params, "random_state": 9})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def real_cluster(tmp_path_factory):
+    """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1."""
+    port = _free_port()
+    addr = f"tcp://127.0.0.1:{port}"
+    bindir = Path(sys.executable).parent
+    work = tmp_path_factory.mktemp("dask")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], cwd=work, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    for i in range(2):
+        procs.append(subprocess.Popen([str(bindir / "dask"), "worker", addr, "--nthreads", "1", "--nworkers", "1",
+                                       "--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}",
+                                       "--local-directory", str(work)], cwd=work, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        with Client(addr, timeout=60) as c:
+            c.wait_for_workers(2, timeout=60)
+        yield addr, procs
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_scheduler_address_runs_same_job_bit_identical(real_cluster, cluster, letter_parquet):
+    addr, _ = real_cluster
+    url, _, _ = letter_parquet
+    params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=4)
+    remote = train(url, client=addr, **params)
+    local = train(url, client=cluster, **params)
+    np.testing.assert_array_equal(remote.coef, local.coef)
+    assert evaluate(remote, url, client=addr) == evaluate(local, url, client=cluster)
