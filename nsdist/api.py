@@ -17,7 +17,7 @@ from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect
-from .engine.evaluate import evaluate_dataset
+from .engine.evaluate import cut_intercept_dataset, evaluate_dataset
 from .estimator import NonDecomposableClassifier
 from .model import LinearModel, load_model
 from .solvers.kernel import EPOCH_STATS
@@ -115,8 +115,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
 
         chain.on_step = after_step
         state = chain.run(state=state, start=start, reservoir=reservoir)
+        w, b = state.averaged() if est.average else (state.w, state.b)
+        if not setup.fit_intercept and est.fit_intercept:   # a ranking model's cut, as the estimator's
+            b = cut_intercept_dataset(c, ds, w, est.measure, k=setup.loss.params().get("k"))
     stats = chain.epoch_stats()
-    w, b = state.averaged() if est.average else (state.w, state.b)
     done = stats[~stats["skipped"]] if stats.size else stats
     seconds = offset + time.perf_counter() - t0
     history = {

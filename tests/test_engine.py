@@ -40,14 +40,23 @@ def letter_arrays() -> tuple[np.ndarray, np.ndarray]:
     return (X - X.mean(0)) / X.std(0), y
 
 
-def write_parquet(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int) -> str:
+def write_parquet(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int | None = None,
+                  bounds: list[int] | None = None) -> str:
+    """One Parquet file per ``rows_per_file`` rows (or between consecutive ``bounds``)."""
     root.mkdir(parents=True, exist_ok=True)
-    for i, start in enumerate(range(0, len(y), rows_per_file)):
-        sl = slice(start, start + rows_per_file)
-        cols = {f"f{j}": X[sl, j] for j in range(X.shape[1])}
-        cols["label"] = y[sl]
+    bounds = bounds or list(range(0, len(y), rows_per_file)) + [len(y)]
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        cols = {f"f{j}": X[a:b, j] for j in range(X.shape[1])}
+        cols["label"] = y[a:b]
         pq.write_table(pa.table(cols), root / f"part-{i:05d}.parquet")
     return str(root)
+
+
+def negative_aligned_bounds(y: np.ndarray, negatives_per_file: int) -> list[int]:
+    """File bounds where each file holds exactly ``negatives_per_file`` negatives (2PMB streams them)."""
+    cum = np.cumsum(y < 0)
+    cuts = [int(np.searchsorted(cum, t)) + 1 for t in range(negatives_per_file, int(cum[-1]) + 1, negatives_per_file)]
+    return [0] + cuts[:-1] + [len(y)]
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +66,19 @@ def letter():
 
 @pytest.fixture(scope="module")
 def letter_parquet(tmp_path_factory, letter):
+    """Four files of 4000 rows: 1PMB's epochs of 500 never straddle a file."""
     X, y = letter
     X, y = X[:16000], y[:16000]
     return write_parquet(tmp_path_factory.mktemp("letter"), X, y, rows_per_file=4000), X, y
+
+
+@pytest.fixture(scope="module")
+def letter_parquet_2pmb(tmp_path_factory, letter):
+    """Files of exactly 3500 negatives each: 2PMB's epochs of 500 negatives never straddle a file."""
+    X, y = letter
+    n = int(np.searchsorted(np.cumsum(y < 0), 4 * 3500)) + 1
+    X, y = X[:n], y[:n]
+    return write_parquet(tmp_path_factory.mktemp("letter2"), X, y, bounds=negative_aligned_bounds(y, 3500)), X, y
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +90,9 @@ def cluster():
 
 @pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
 @pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
-def test_engine_equals_in_memory_solver(cluster, letter_parquet, solver, measure):
-    url, X, y = letter_parquet
+def test_engine_equals_in_memory_solver(cluster, letter_parquet, letter_parquet_2pmb, solver, measure):
+    """SPEC §5: the engine's model equals the in-memory solver's on the same rows in the same order."""
+    url, X, y = letter_parquet if solver == "1pmb" else letter_parquet_2pmb
     params = dict(measure=measure, solver=solver, buffer_size=500, n_passes=2, shuffle=False, random_state=3)
     model = train(url, client=cluster, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)

@@ -83,9 +83,14 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
     return X, y
 
 
-def step_block(state: SGDState, block: tuple[np.ndarray, np.ndarray], cfg: ChainConfig,
-               reservoir: Reservoir | None) -> tuple[SGDState, np.ndarray]:
-    """Apply the epoch kernel to one loaded block (runs where the block lives)."""
+def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block: tuple[np.ndarray, np.ndarray],
+               cfg: ChainConfig, reservoir: Reservoir | None) -> tuple[SGDState, np.ndarray]:
+    """Apply the epoch kernel to one loaded block (runs where the block lives).
+
+    ``handed`` is the chain's starting state or the previous step's result
+    ``(state, stats)``, so a step depends directly on the one before it.
+    """
+    state = handed[0] if isinstance(handed, tuple) else handed
     X, y = block
     return run_epochs(state, X, y, cfg.loss, buffer_size=cfg.buffer_size, eta=cfg.eta,
                       radius=cfg.radius, fit_intercept=cfg.fit_intercept,

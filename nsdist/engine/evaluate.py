@@ -25,7 +25,7 @@ from .._validation import check_beta, resolve_k
 from ..data import Dataset
 from ..metrics import expected_top_sum, f1_from_counts, n_top_negatives, pair_credit
 
-__all__ = ["evaluate_dataset", "sortable_keys"]
+__all__ = ["evaluate_dataset", "cut_intercept_dataset", "sortable_keys"]
 
 _SIGN = np.uint64(1 << 63)
 
@@ -46,6 +46,20 @@ def _scores(dataset: Dataset, partition: int, w: np.ndarray, b: float, dtype: st
     X, y = dataset.read_partition(partition, dtype=dtype)
     s = (X @ w.astype(X.dtype, copy=False)).astype(np.float64) + b
     return sortable_keys(s), s, y
+
+
+def _score_parts(client: Client, dataset: Dataset, w: np.ndarray, b: float, dtype: str) -> list:
+    """One future per partition holding ``(keys, scores, labels)`` on a worker."""
+    return client.map(_scores, [dataset] * len(dataset.partitions), range(len(dataset.partitions)),
+                      w=np.asarray(w, dtype=np.float64), b=float(b), dtype=dtype, pure=False)
+
+
+def _class_counts(dataset: Dataset, counted: list) -> tuple[int, int]:
+    n_pos, n_neg = sum(c[0] for c in counted), sum(c[1] for c in counted)
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"dataset {dataset.url!r} has no {'positive' if n_pos == 0 else 'negative'} "
+                         "rows; the measures need both classes")
+    return n_pos, n_neg
 
 
 def _positives(part) -> tuple[int, int, np.ndarray]:
@@ -103,16 +117,10 @@ def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, 
     ``k`` defaults to the positive rate (so Prec@k is then PRBEP).
     """
     beta = check_beta(beta)
-    idx = [p.index for p in dataset.partitions if p.num_rows > 0]
-    parts = client.map(_scores, [dataset] * len(idx), idx, w=np.asarray(w, dtype=np.float64), b=float(b),
-                       dtype=dtype, pure=False)
+    parts = _score_parts(client, dataset, w, b, dtype)
     try:
         counted = client.gather(client.map(_positives, parts, pure=False))
-        n_pos = sum(c[0] for c in counted)
-        n_neg = sum(c[1] for c in counted)
-        if n_pos == 0 or n_neg == 0:
-            raise ValueError(f"dataset {dataset.url!r} has no {'positive' if n_pos == 0 else 'negative'} "
-                             "rows; the measures need both classes")
+        n_pos, n_neg = _class_counts(dataset, counted)
         n = n_pos + n_neg
         sorted_pos = np.sort(np.concatenate([c[2] for c in counted]))
         m = n_top_negatives(beta, n_neg)
@@ -137,3 +145,24 @@ def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, 
         "f1_score": f1_from_counts(tp, fp, n_pos - tp),
         "n_rows": int(n), "n_positives": int(n_pos), "beta": beta, "k": int(K),
     }
+
+
+def cut_intercept_dataset(client: Client, dataset: Dataset, w: np.ndarray, measure: str, *,
+                          k: int | float | None = None, dtype: str = "float64") -> float:
+    """Out-of-core :func:`nsdist.solvers.measure.cut_intercept` of the scores ``X @ w``.
+
+    The decision threshold of a ranking model goes between the ``c``-th and
+    ``(c+1)``-th highest training scores (``c = K`` for Prec@k, else ``n+``),
+    found by the same distributed radix selection as the evaluation.
+    """
+    parts = _score_parts(client, dataset, w, 0.0, dtype)
+    try:
+        n_pos, n_neg = _class_counts(dataset, client.gather(client.map(_positives, parts, pure=False)))
+        n = n_pos + n_neg
+        c = resolve_k(k, n) if measure == "prec@k" else n_pos
+        if c == n:
+            return 1.0 - _radix_select(client, parts, [n], ["all"])[0]
+        hi, lo = _radix_select(client, parts, [max(c, 1), c + 1], ["all", "all"])
+    finally:
+        client.cancel(parts)
+    return -hi - 1.0 if c == 0 else -(hi + lo) / 2.0

@@ -1,0 +1,11 @@
+"""Data layer: Parquet datasets, text readers and ingest (SPEC §5).
+
+May import numpy, pyarrow, fsspec, dask, distributed and ``nsdist._validation``
+only (not the solvers, engine or API).
+"""
+from nsdist.data.dataset import Dataset, PartitionInfo
+from nsdist.data.fs import DataNotFoundError
+from nsdist.data.ingest import ingest
+from nsdist.data.readers import read_csv, read_svmlight
+
+__all__ = ["Dataset", "PartitionInfo", "DataNotFoundError", "ingest", "read_csv", "read_svmlight"]

@@ -1,0 +1,281 @@
+"""Where the features of a Parquet file live, and turning a table into ``(X, y)``.
+
+Three layouts (SPEC §5):
+
+``"columns"``
+    one numeric (integer, float, bool or decimal) column per feature; with
+    ``feature_columns=None`` every column except the label (and a pandas index)
+    is a feature, in file order;
+``"vector"``
+    one ``fixed_size_list<number, d>`` column holding all ``d`` features;
+``"sparse"``
+    CSR-style list columns ``indices`` (0-based) and ``values``, with the
+    dimension ``n_features`` in the ``nsdist`` schema metadata.
+
+Feature names: the column names (``"columns"``), else ``metadata["feature_names"]``
+if present, else ``x0 ... x{d-1}``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nsdist._validation import as_pm1_labels
+
+__all__ = ["FeatureSchema"]
+
+_SPARSE = ("indices", "values")
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t))
+
+
+def _kind(t: pa.DataType) -> str:
+    """A coarse type: partitions may differ in exact numeric type but not in kind."""
+    if _is_number(t):
+        return "number"
+    if pa.types.is_fixed_size_list(t) and _is_number(t.value_type):
+        return f"fixed_size_list<number, {t.list_size}>"
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_number(t.value_type):
+        return "list<integer>" if pa.types.is_integer(t.value_type) else "list<number>"
+    return str(t)
+
+
+def _index_columns(schema: pa.Schema) -> set[str]:
+    """Columns pandas wrote for a non-default index (not features)."""
+    return {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.argmax(mask))
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """The feature layout of a dataset, fixed by its first partition.
+
+    Attributes
+    ----------
+    layout : {"columns", "vector", "sparse"}
+    label : str
+        Label column name.
+    columns : tuple of (name, kind)
+        The Parquet columns read for features, with their kind.
+    names : tuple of str
+        Feature names, ``len(names) == n_features``.
+    all_columns : tuple of str or None
+        Every column of the first partition when the features were inferred
+        (another partition with extra columns then differs); ``None`` when the
+        caller chose ``feature_columns``.
+    """
+
+    layout: str
+    label: str
+    columns: tuple[tuple[str, str], ...]
+    names: tuple[str, ...]
+    all_columns: tuple[str, ...] | None
+
+    @property
+    def n_features(self) -> int:
+        """Number of features ``d``."""
+        return len(self.names)
+
+    @property
+    def read_columns(self) -> list[str]:
+        """The columns ``to_arrays`` needs."""
+        return [name for name, _ in self.columns] + [self.label]
+
+    def describe(self) -> dict:
+        """JSON-ready description (part of the dataset fingerprint)."""
+        return {"layout": self.layout, "label_column": self.label,
+                "columns": [list(c) for c in self.columns], "feature_names": list(self.names)}
+
+    @classmethod
+    def infer(cls, schema: pa.Schema, *, label_column: str = "label",
+              feature_columns: str | Sequence[str] | None = None, metadata: dict | None = None,
+              where: str = "") -> FeatureSchema:
+        """Work out the layout from one file's Arrow schema.
+
+        Parameters
+        ----------
+        schema : pyarrow.Schema
+        label_column : str
+        feature_columns : str, sequence of str or None
+            A single name selects a list column (``"vector"``); a sequence
+            selects numeric columns; ``None`` infers (see the module docstring).
+        metadata : dict, optional
+            The ``nsdist`` schema metadata (feature names, ``n_features``).
+        where : str
+            The file, for messages.
+
+        Raises
+        ------
+        ValueError
+            If the label or a feature column is missing or not numeric, or no
+            feature can be found; naming the file and the column.
+        """
+        metadata = metadata or {}
+        types = {f.name: f.type for f in schema}
+        if label_column not in types:
+            raise ValueError(f"{where}: no label column {label_column!r}; the columns are {schema.names} "
+                             "(pass label_column=)")
+        if feature_columns is None:
+            index = _index_columns(schema)
+            candidates = [n for n in schema.names if n != label_column and n not in index]
+            listed = [n for n in candidates if _kind(types[n]).startswith(("list", "fixed"))]
+            if set(_SPARSE) <= set(candidates) and len(candidates) == 2:
+                selected: Sequence[str] = _SPARSE
+            elif len(candidates) == 1 and listed:
+                selected = candidates[0]
+            else:
+                selected = candidates
+            all_columns: tuple[str, ...] | None = tuple(candidates)
+        else:
+            selected, all_columns = feature_columns, None
+        if isinstance(selected, str):
+            return cls._vector(selected, types, label_column, metadata, all_columns, where)
+        for name in selected:
+            if name not in types:
+                raise ValueError(f"{where}: no feature column {name!r}; the columns are {schema.names}")
+        if tuple(selected) == _SPARSE and _kind(types["indices"]) == "list<integer>":
+            return cls._sparse(types, label_column, metadata, all_columns, where)
+        if not selected:
+            raise ValueError(f"{where}: no feature columns besides the label {label_column!r}")
+        for name in selected:
+            if _kind(types[name]) != "number":
+                raise ValueError(f"{where}: column {name!r} has type {types[name]}, not a number; "
+                                 "pass feature_columns= to choose the numeric features")
+        return cls("columns", label_column, tuple((n, "number") for n in selected), tuple(selected),
+                   all_columns)
+
+    @classmethod
+    def _vector(cls, name, types, label, metadata, all_columns, where) -> FeatureSchema:
+        if name not in types:
+            raise ValueError(f"{where}: no feature column {name!r}")
+        kind = _kind(types[name])
+        if not kind.startswith("fixed_size_list"):
+            raise ValueError(f"{where}: column {name!r} has type {types[name]}; a feature vector column must "
+                             "be a fixed-size list of numbers (pyarrow: pa.list_(pa.float64(), d))")
+        d = types[name].list_size
+        return cls("vector", label, ((name, kind),), _names(metadata, d, where), all_columns)
+
+    @classmethod
+    def _sparse(cls, types, label, metadata, all_columns, where) -> FeatureSchema:
+        if _kind(types["values"]) not in ("list<integer>", "list<number>"):
+            raise ValueError(f"{where}: column 'values' has type {types['values']}, not a list of numbers")
+        d = metadata.get("n_features")
+        if not isinstance(d, int) or d < 1:
+            raise ValueError(f"{where}: sparse columns 'indices'/'values' need the dimension in the schema "
+                             "metadata: key b'nsdist' holding JSON {\"n_features\": d}")
+        columns = (("indices", "list<integer>"), ("values", _kind(types["values"])))
+        return cls("sparse", label, columns, _names(metadata, d, where), all_columns)
+
+    def check(self, schema: pa.Schema, where: str) -> None:
+        """Raise if a partition's schema differs from the first one (naming file and column)."""
+        types = {f.name: f.type for f in schema}
+        prefix = f"{where}: schema differs from the first partition:"
+        for name, kind in (*self.columns, (self.label, None)):
+            if name not in types:
+                raise ValueError(f"{prefix} column {name!r} is missing")
+            if kind is not None and _kind(types[name]) != kind and not (
+                    kind == "list<number>" and _kind(types[name]) == "list<integer>"):
+                raise ValueError(f"{prefix} column {name!r} has type {types[name]}, expected {kind}")
+        if self.all_columns is not None:
+            index = _index_columns(schema)
+            extra = [n for n in schema.names if n not in self.all_columns and n != self.label
+                     and n not in index]
+            if extra:
+                raise ValueError(f"{prefix} column {extra[0]!r} is not in the first partition")
+
+    def labels(self, table: pa.Table, where: str) -> np.ndarray:
+        """The label column as ``int8`` in ``{-1, +1}`` (SPEC §1 encodings)."""
+        column = table.column(self.label)
+        if column.null_count:
+            row = _first(column.is_null().to_numpy(zero_copy_only=False))
+            raise ValueError(f"{where}: row {row}: label column {self.label!r} is missing (null)")
+        try:
+            return as_pm1_labels(column.to_numpy(), name=self.label)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def features(self, table: pa.Table, dtype=np.float64, where: str = "") -> np.ndarray:
+        """The ``(n, d)`` feature matrix (C order), built column by column into one array.
+
+        Raises
+        ------
+        ValueError
+            ``"<where>: row r: feature 'name' ..."`` for a null, NaN or infinite
+            value, or a sparse index out of range.
+        """
+        dtype = np.dtype(dtype)
+        out = np.empty((table.num_rows, self.n_features), dtype=dtype)
+        target = pa.from_numpy_dtype(dtype)
+        if self.layout == "columns":
+            for j, (name, _) in enumerate(self.columns):
+                offset = 0
+                for chunk in table.column(name).chunks:
+                    if chunk.null_count:
+                        row = offset + _first(chunk.is_null().to_numpy(zero_copy_only=False))
+                        raise ValueError(f"{where}: row {row}: feature {name!r} is missing (null)")
+                    out[offset:offset + len(chunk), j] = pc.cast(chunk, target, safe=False).to_numpy()
+                    offset += len(chunk)
+        elif self.layout == "vector":
+            self._fill_vector(table.column(self.columns[0][0]), out, target, where)
+        else:
+            self._fill_sparse(table, out, target, where)
+        finite = np.isfinite(out)
+        if not finite.all():
+            row, j = np.argwhere(~finite)[0]
+            raise ValueError(f"{where}: row {row}: feature {self.names[j]!r} = {out[row, j]} is not finite")
+        return out
+
+    def _fill_vector(self, column: pa.ChunkedArray, out: np.ndarray, target: pa.DataType,
+                     where: str) -> None:
+        d, offset = self.n_features, 0
+        for chunk in column.chunks:
+            values = chunk.flatten()
+            if chunk.null_count or values.null_count:
+                nulls = chunk.is_null().to_numpy(zero_copy_only=False)
+                row = _first(nulls) if nulls.any() else \
+                    _first(values.is_null().to_numpy(zero_copy_only=False)) // d
+                raise ValueError(f"{where}: row {offset + row}: feature vector {column._name!r} "
+                                 "holds a missing (null) value")
+            out[offset:offset + len(chunk)] = pc.cast(values, target, safe=False).to_numpy().reshape(-1, d)
+            offset += len(chunk)
+
+    def _fill_sparse(self, table: pa.Table, out: np.ndarray, target: pa.DataType, where: str) -> None:
+        out[:] = 0
+        offset = 0
+        for idx_chunk, val_chunk in zip(table.column("indices").chunks,
+                                        table.column("values").chunks):
+            lengths = [pc.list_value_length(c).to_numpy(zero_copy_only=False) for c in (idx_chunk, val_chunk)]
+            if idx_chunk.null_count or val_chunk.null_count or (lengths[0] != lengths[1]).any():
+                row = _first(idx_chunk.is_null().to_numpy(zero_copy_only=False)
+                             | val_chunk.is_null().to_numpy(zero_copy_only=False)
+                             | (lengths[0] != lengths[1]))
+                raise ValueError(f"{where}: row {offset + row}: 'indices' and 'values' are missing "
+                                 "or differ in length")
+            rows = offset + np.repeat(np.arange(len(idx_chunk)), lengths[0])
+            cols = idx_chunk.flatten().to_numpy(zero_copy_only=False)
+            bad = (cols < 0) | (cols >= self.n_features)
+            if bad.any():
+                t = _first(bad)
+                raise ValueError(f"{where}: row {rows[t]}: feature index {cols[t]} is outside "
+                                 f"[0, {self.n_features})")
+            out[rows, cols] = pc.cast(val_chunk.flatten(), target, safe=False).to_numpy(zero_copy_only=False)
+            offset += len(idx_chunk)
+
+
+def _names(metadata: dict, d: int, where: str) -> tuple[str, ...]:
+    names = metadata.get("feature_names")
+    if names is None:
+        return tuple(f"x{j}" for j in range(d))
+    if len(names) != d:
+        raise ValueError(f"{where}: metadata lists {len(names)} feature names for {d} features")
+    return tuple(names)

@@ -1,0 +1,282 @@
+"""Opening a Parquet dataset: its partitions, feature schema, metadata and fingerprint.
+
+A dataset is a Parquet file, a directory of them (searched recursively, so
+hive-style ``key=value/`` subdirectories work) or a glob, at any fsspec URL.
+Each file is a partition; partitions are ordered by path (string order, which
+is also the order of ``part-00000.parquet, part-00001.parquet, ...``). In a
+directory, files whose name ends in ``.parquet``, ``.parq`` or ``.pq`` are data;
+paths with a component starting with ``_`` or ``.`` are ignored (``_SUCCESS``,
+``_nsdist.json``, ``.crc`` files, staging directories).
+
+Opening reads only the Parquet footers. A file with no rows is skipped with a
+``UserWarning``. A :class:`Dataset` holds paths and the schema, never data, so
+it is cheap to send to Dask workers, which call :meth:`Dataset.read_partition`.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.spec import AbstractFileSystem
+
+from nsdist.data import metadata as meta
+from nsdist.data.columns import FeatureSchema
+from nsdist.data.fs import DataNotFoundError, display, resolve
+
+__all__ = ["PartitionInfo", "Dataset"]
+
+_SUFFIXES = (".parquet", ".parq", ".pq")
+# Counts in the schema metadata describe the whole dataset as ingested: trusted only
+# when the sidecar confirms that exactly those files are present.
+_WHOLE_DATASET_COUNTS = ("positives", "dropped_rows")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One Parquet file of a dataset.
+
+    Attributes
+    ----------
+    path : str
+        Path inside the dataset's filesystem.
+    index : int
+        Position in file order.
+    num_rows : int
+    row_offset : int
+        Global position of the partition's first row (rows of earlier partitions).
+    size : int
+        File size in bytes.
+    fingerprint : str
+        SHA-256 of (path relative to the dataset root, size, row count).
+    """
+
+    path: str
+    index: int
+    num_rows: int
+    row_offset: int
+    size: int
+    fingerprint: str
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """An opened Parquet dataset (see the module docstring). Build it with :meth:`open`.
+
+    Attributes
+    ----------
+    url : str
+        As given to :meth:`open`.
+    fs : fsspec.AbstractFileSystem
+    partitions : tuple of PartitionInfo
+        Non-empty files in path order.
+    schema : FeatureSchema
+        Layout, label column and feature names, fixed by the first file.
+    metadata : dict
+        The nsdist metadata written by ingest (see :func:`nsdist.data.ingest.ingest`),
+        if any, updated with values derived from the files: ``layout``,
+        ``label_column``, ``feature_names``, ``n_features``, ``num_rows``,
+        ``num_partitions`` and ``fingerprint``. The class counts (``positives``,
+        ``dropped_rows``) and the per-partition listing are included only when
+        the directory's ``_nsdist.json`` lists exactly the files present.
+    fingerprint : str
+        SHA-256 over the feature schema and every partition's fingerprint: it
+        changes when a file is added, removed, renamed or rewritten with another
+        size or row count, and not when the dataset is copied elsewhere.
+    """
+
+    url: str
+    fs: AbstractFileSystem = field(repr=False)
+    partitions: tuple[PartitionInfo, ...] = field(repr=False)
+    schema: FeatureSchema = field(repr=False)
+    metadata: dict = field(repr=False)
+    fingerprint: str
+
+    @classmethod
+    def open(cls, url: str | os.PathLike, *, label_column: str = "label",
+             feature_columns: str | Sequence[str] | None = None,
+             storage_options: Mapping[str, Any] | None = None) -> Dataset:
+        """Open a dataset from a file, directory or glob at a local path or fsspec URL.
+
+        Parameters
+        ----------
+        url : str or path
+        label_column : str
+            Holds labels in ``{-1, +1}``, ``{0, 1}`` or bool.
+        feature_columns : str, sequence of str, or None
+            See :meth:`FeatureSchema.infer`.
+        storage_options : mapping, optional
+            Passed to fsspec (credentials, endpoints, ...).
+
+        Raises
+        ------
+        ValueError
+            If nothing is found (:class:`~nsdist.data.fs.DataNotFoundError`, naming
+            the URL), a file is not readable Parquet, a file's schema differs from
+            the first one, or the feature layout cannot be worked out (naming the
+            file and column).
+        """
+        fs, path = resolve(url, storage_options)
+        root, files = _discover(fs, path, str(url))
+        footers = [_footer(fs, p) for p, _ in files]
+        first = display(fs, files[0][0])
+        stored = _schema_metadata(footers[0][1], first)
+        schema = FeatureSchema.infer(footers[0][1], label_column=label_column,
+                                     feature_columns=feature_columns, metadata=stored, where=first)
+        partitions: list[PartitionInfo] = []
+        offset = 0
+        for (p, size), (num_rows, file_schema) in zip(files, footers):
+            schema.check(file_schema, display(fs, p))
+            if num_rows == 0:
+                warnings.warn(f"{display(fs, p)}: Parquet file has no rows; skipped", UserWarning,
+                              stacklevel=2)
+                continue
+            relative = posixpath.relpath(p, root) if root else posixpath.basename(p)
+            partitions.append(PartitionInfo(p, len(partitions), num_rows, offset, size,
+                                            meta.sha256_json([relative, size, num_rows])))
+            offset += num_rows
+        if not partitions:
+            raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
+        fingerprint = meta.sha256_json({"schema": schema.describe(),
+                                        "partitions": [p.fingerprint for p in partitions]})
+        sidecar = _sidecar(fs, root, partitions) if root == path else None
+        stored = sidecar or {k: v for k, v in stored.items() if k not in _WHOLE_DATASET_COUNTS}
+        derived = {"layout": schema.layout, "label_column": schema.label,
+                   "feature_names": list(schema.names), "n_features": schema.n_features,
+                   "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint}
+        return cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
+
+    @property
+    def n_features(self) -> int:
+        """Number of features ``d``."""
+        return self.schema.n_features
+
+    @property
+    def feature_names(self) -> list[str]:
+        """Feature names, in column order of the matrices :meth:`read_partition` returns."""
+        return list(self.schema.names)
+
+    @property
+    def label_column(self) -> str:
+        """Name of the label column."""
+        return self.schema.label
+
+    @property
+    def num_rows(self) -> int:
+        """Total number of rows."""
+        return sum(p.num_rows for p in self.partitions)
+
+    def partition_name(self, i: int) -> str:
+        """How partition ``i`` is named in messages: ``"<file> (partition i)"``."""
+        return f"{display(self.fs, self.partitions[i].path)} (partition {i})"
+
+    def read_partition(self, i: int, *, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """Read partition ``i`` as ``(X, y)``.
+
+        Returns
+        -------
+        X : ndarray, shape (num_rows, n_features), C order, ``dtype``
+        y : ndarray of int8 in {-1, +1}
+
+        Raises
+        ------
+        ValueError
+            Naming the file, the partition and (0-based) row within it, and the
+            feature: null/NaN/inf features, invalid labels; or naming the file: a
+            schema differing from the first partition, an unreadable/corrupt file,
+            a row count changed since :meth:`open`.
+        """
+        table, where = self._read(i, self.schema.read_columns)
+        return self.schema.features(table, dtype, where), self.schema.labels(table, where)
+
+    def read_labels(self, i: int) -> np.ndarray:
+        """Only the labels of partition ``i`` (``int8`` in {-1, +1})."""
+        table, where = self._read(i, [self.schema.label])
+        return self.schema.labels(table, where)
+
+    def _read(self, i: int, columns: list[str]) -> tuple[pa.Table, str]:
+        info, where = self.partitions[i], self.partition_name(i)
+        try:
+            with self.fs.open(info.path, "rb") as f:
+                parquet = pq.ParquetFile(f)
+                self.schema.check(parquet.schema_arrow, where)
+                table = parquet.read(columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"{where}: cannot read the Parquet file ({exc})") from exc
+        if table.num_rows != info.num_rows:
+            raise ValueError(f"{where}: has {table.num_rows} rows but had {info.num_rows} when the "
+                             "dataset was opened; open it again")
+        return table, where
+
+
+def _is_data_file(path: str, root: str) -> bool:
+    parts = posixpath.relpath(path, root).split("/")
+    return path.lower().endswith(_SUFFIXES) and not any(p.startswith(("_", ".")) for p in parts)
+
+
+def _discover(fs: AbstractFileSystem, path: str, url: str) -> tuple[str, list[tuple[str, int]]]:
+    """``(root, [(path, size), ...])`` of the data files at ``path``, sorted by path.
+
+    ``root`` is the directory paths are made relative to (``""`` for a single file,
+    which is taken whatever its name).
+    """
+    root, infos = path, None
+    try:
+        magic = [path.index(c) for c in "*?[" if c in path]
+        if magic:
+            root, infos = path[:min(magic)].rsplit("/", 1)[0], {}
+            for p, info in fs.glob(path, detail=True).items():
+                infos.update(fs.find(p, detail=True) if info["type"] == "directory" else {p: info})
+        elif fs.isdir(path):
+            infos = fs.find(path, detail=True)
+        elif fs.isfile(path):
+            return "", [(path, int(fs.info(path).get("size") or 0))]
+    except OSError as exc:
+        raise ValueError(f"cannot list {url!r}: {exc}") from exc
+    if infos is None:
+        raise DataNotFoundError(f"no such file or directory: {url!r}")
+    files = sorted((p, int(info.get("size") or 0)) for p, info in infos.items()
+                   if info.get("type", "file") == "file" and _is_data_file(p, root))
+    if not files:
+        raise DataNotFoundError(f"no Parquet files ({', '.join('*' + s for s in _SUFFIXES)}) "
+                                f"found at {url!r}")
+    return root, files
+
+
+def _footer(fs: AbstractFileSystem, path: str) -> tuple[int, pa.Schema]:
+    """Row count and Arrow schema from a Parquet footer."""
+    try:
+        with fs.open(path, "rb") as f:
+            parquet = pq.ParquetFile(f)
+            return parquet.metadata.num_rows, parquet.schema_arrow
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{display(fs, path)}: not a readable Parquet file ({exc})") from exc
+
+
+def _schema_metadata(schema: pa.Schema, where: str) -> dict:
+    """The ``nsdist`` JSON stored in a file's schema metadata, or ``{}``."""
+    raw = (schema.metadata or {}).get(meta.META_KEY)
+    return {} if raw is None else meta.loads(raw, where)
+
+
+def _sidecar(fs: AbstractFileSystem, root: str, partitions: list[PartitionInfo]) -> dict | None:
+    """The sidecar metadata if present and listing exactly these files (else ``None``; a warning
+    if it lists other files)."""
+    path = posixpath.join(root, meta.SIDECAR)
+    if not fs.isfile(path):
+        return None
+    with fs.open(path, "rb") as f:
+        stored = meta.loads(f.read(), display(fs, path))
+    listed = [(p.get("path"), p.get("num_rows")) for p in stored.get("partitions", [])]
+    found = [(posixpath.relpath(p.path, root), p.num_rows) for p in partitions]
+    if listed != found:
+        warnings.warn(f"{display(fs, path)} does not match the Parquet files present; ignored",
+                      UserWarning, stacklevel=3)
+        return None
+    return stored

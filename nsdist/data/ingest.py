@@ -1,0 +1,372 @@
+"""``ingest``: convert svmlight, CSV or Parquet input into an nsdist Parquet dataset.
+
+Pipeline (steps 1, 3 and 4 run as Dask tasks):
+
+1. **scan** - the driver cuts the input into chunks of ``chunk_rows`` lines
+   (compressed text cannot be split, so reading is sequential; a Parquet input
+   gives one chunk per partition); each task
+   parses and validates one chunk and returns a small summary (rows,
+   positives, largest svmlight index, CSV categories). At most two chunks per
+   worker thread are in flight, so the driver never holds more than that.
+2. **plan** - the driver fixes the dimension, categories and partition sizes,
+   and draws how many rows of each chunk go to each partition
+   (:func:`nsdist.data.shuffle.assign_rows`).
+3. **scatter** - the input is read again; each task encodes one chunk densely,
+   shuffles it and writes its slices for every partition to one Arrow IPC file
+   (zstd) in a work directory.
+4. **gather** - each task reads its partition's slices from those files,
+   shuffles them and writes ``part-NNNNN.parquet``.
+
+No task holds more than ``chunk_rows`` input lines or one partition; the
+sidecar records the largest number of rows any task held
+(``ingest.max_task_rows``). Everything is written into a hidden staging
+directory beside ``dst`` (``.<name>.tmp-<token>``; the work directory in it
+holds a compressed dense copy of the data until the partitions are written)
+that replaces ``dst`` only at the end: a failed ingest leaves ``dst`` as it
+was and nothing else behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import posixpath
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from distributed import Client, Future, LocalCluster, as_completed
+from fsspec.spec import AbstractFileSystem
+
+from nsdist.data import metadata as meta
+from nsdist.data.dataset import Dataset
+from nsdist.data.fs import check_absent, resolve, staging_directory
+from nsdist.data.labels import LabelValues
+from nsdist.data.readers import DEFAULT_CHUNK_ROWS, TextBlock, check_chunk_rows
+from nsdist.data.shuffle import assign_rows, partition_sizes, rng
+from nsdist.data.sources import Categorical, Source, open_source
+
+__all__ = ["ingest", "PARTITION_BYTES"]
+
+PARTITION_BYTES = 64 * 2**20
+_PARTITION_ROWS_RANGE = (1_000, 1_000_000)
+_LABEL = "label"
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
+def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None = None,
+           label_column: int | str = "label", positive: LabelValues = None,
+           negative: LabelValues = None, categorical: Categorical = (), header: bool | None = None,
+           n_features: int | None = None, rows_per_partition: int | None = None,
+           chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
+           dtype: str = "float64", overwrite: bool = False,
+           storage_options: Mapping[str, Any] | None = None,
+           client: Client | str | None = None) -> Dataset:
+    """Convert ``src`` into a Parquet dataset at ``dst`` and open it.
+
+    Parameters
+    ----------
+    src, dst : str or path
+        Local paths or fsspec URLs. ``src`` is a svmlight or CSV file (plain,
+        ``.gz``, ``.bz2``, ``.xz``) or a Parquet dataset.
+    format : {"svmlight", "csv", "parquet"}, optional
+        Default: from the name. ``.svm .libsvm .svmlight .t .tr .trn .tst .val``
+        and names without extension (``a9a``, ``w8a``) are svmlight, ``.csv`` is
+        CSV, a directory, glob or ``.parquet`` is Parquet; anything else needs
+        ``format=``.
+    label_column : str or int
+        CSV: the label field, by header name or 0-based index (negative counts
+        from the end); without a header fields are named ``col0, col1, ...``.
+        Parquet: the label column. Not used for svmlight (the first token).
+    positive, negative : label value or list of them, optional
+        ``positive``: the label(s) meaning the positive class (compared as
+        strings after stripping quotes, or as numbers). ``negative``: if given,
+        the label(s) meaning negative; rows with any other label are dropped.
+        Defaults: svmlight label ``> 0`` is positive; CSV labels must be
+        ``1``/``true`` or ``-1``/``0``/``false``. Not for Parquet input.
+    categorical : sequence of column names/indices, or mapping column -> categories
+        CSV columns to one-hot encode. With a sequence the categories are found
+        in the first pass (sorted); with a mapping (e.g. ``metadata["categories"]``
+        of a training set) they are fixed and an unseen value encodes as zeros.
+    header : bool, optional
+        CSV: whether the first line names the columns. Default: it does iff
+        none of its fields is a number.
+    n_features : int, optional
+        svmlight: the dimension (default: the largest index). Give the training
+        set's dimension when ingesting a test set.
+    rows_per_partition : int, optional
+        Rows per output file (the last one may be smaller). Default: about
+        ``PARTITION_BYTES`` (64 MiB) of dense features per file, within
+        [1 000, 1 000 000] rows: large enough that per-file overhead is small,
+        small enough that several partitions fit in a worker's memory while
+        the engine streams them.
+    chunk_rows : int
+        Input lines per task (bounds task memory: about
+        ``chunk_rows * n_features * itemsize`` bytes when encoding).
+    shuffle : bool
+        Write the rows in a uniformly random order (deterministic for
+        ``random_state``, ``chunk_rows`` and ``rows_per_partition``); else in input
+        order.
+    random_state : int
+        Seed (>= 0).
+    dtype : {"float64", "float32"}
+        Type of the feature columns.
+    overwrite : bool
+        Replace an existing ``dst`` (only once the new dataset is complete).
+    storage_options : mapping, optional
+        fsspec options for both ``src`` and ``dst``.
+    client : distributed.Client or scheduler address, optional
+        Where the tasks run. Default: an in-process ``LocalCluster``
+        (``processes=False``: one worker, up to 4 threads, logging silenced -
+        task errors are raised here), closed afterwards.
+
+    Returns
+    -------
+    Dataset
+        The written dataset, opened.
+
+    Notes
+    -----
+    Output: ``dst/part-00000.parquet, ...`` with one float column per feature
+    (named as in :mod:`nsdist.data.sources`) and an ``int8`` column ``label`` in
+    {-1, +1}, plus ``dst/_nsdist.json``. Every file's schema metadata holds,
+    under key ``b"nsdist"``, the JSON object::
+
+        format ("nsdist-dataset"), format_version (1), nsdist_version,
+        layout ("columns"), label_column ("label"), feature_names, n_features,
+        num_rows, positives, dropped_rows, num_partitions,
+        label_mapping {column (CSV/Parquet), positive, negative, rule},
+        categories {column: [sorted categories]},
+        source {format, url, [columns, header] (CSV), [fingerprint] (Parquet)},
+        ingest {shuffle, random_state, rows_per_partition, chunk_rows, dtype}
+
+    The sidecar holds the same object plus ``partitions`` (``path``,
+    ``num_rows``, ``positives``, ``sha256`` of the file), ``content_sha256``
+    (SHA-256 over the files' hashes, in order) and ``ingest.chunks`` /
+    ``ingest.max_task_rows``. Same input and options give byte-identical files.
+
+    Raises
+    ------
+    ValueError
+        For bad options or input, naming the file, line (1-based) and column
+        or field; see :mod:`nsdist.data.readers`.
+    FileExistsError
+        If ``dst`` exists and ``overwrite`` is false.
+
+    Warns
+    -----
+    UserWarning
+        If every row is negative (or every row positive): usually a wrong ``positive=``.
+    """
+    options = _Options.check(rows_per_partition, chunk_rows, shuffle, random_state, dtype)
+    source = open_source(src, format=format, label_column=label_column, positive=positive,
+                         negative=negative, categorical=categorical, header=header,
+                         n_features=n_features, storage_options=storage_options)
+    fs, out = resolve(dst, storage_options)
+    check_absent(fs, out, overwrite=overwrite)
+    with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:
+        summaries = _stream(dask, source.scan, ((b,) for b in source.blocks(options.chunk_rows)))
+        source = source.planned(summaries)
+        n_rows, positives = sum(s.rows for s in summaries), sum(s.positives for s in summaries)
+        if n_rows == 0:
+            raise ValueError(f"{source.name}: no rows to ingest")
+        if positives in (0, n_rows):
+            warnings.warn(f"{source.name}: all {n_rows} rows are {'negative' if positives == 0 else 'positive'}"
+                          f"; check positive= ({source.describe()['label_mapping']['rule']})",
+                          UserWarning, stacklevel=2)
+        sizes = partition_sizes(n_rows, options.partition_rows(len(source.feature_names)))
+        counts = assign_rows([s.rows for s in summaries], sizes, shuffle=options.shuffle,
+                             random_state=options.random_state)
+        header_meta = _metadata(source, summaries, options, len(sizes))
+        job = _Job(source, fs, staging, options, _schema(source.feature_names, options.dtype),
+                   header_meta)
+        fs.makedirs(job.work, exist_ok=True)
+        scattered = _stream(dask, job.scatter,
+                            zip(range(len(counts)), source.blocks(options.chunk_rows), counts))
+        parts = _stream(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))))
+        fs.rm(job.work, recursive=True)
+        sidecar = {**header_meta, "partitions": parts,
+                   "content_sha256": meta.sha256_json([p["sha256"] for p in parts])}
+        sidecar["ingest"] = {**header_meta["ingest"], "chunks": len(summaries),
+                             "max_task_rows": max(max(s.lines for s in summaries), max(scattered),
+                                                  max(p["num_rows"] for p in parts))}
+        with fs.open(posixpath.join(staging, meta.SIDECAR), "w") as f:
+            f.write(meta.dumps(sidecar, indent=1))
+    return Dataset.open(dst, storage_options=storage_options)
+
+
+@dataclass(frozen=True)
+class _Options:
+    rows_per_partition: int | None
+    chunk_rows: int
+    shuffle: bool
+    random_state: int
+    dtype: np.dtype
+
+    @classmethod
+    def check(cls, rows_per_partition: int | None, chunk_rows: int, shuffle: bool, random_state: int,
+              dtype: str) -> _Options:
+        """Validate the numeric options of :func:`ingest`."""
+        if rows_per_partition is not None and not _is_int(rows_per_partition, 1):
+            raise ValueError(f"rows_per_partition must be a positive integer, got {rows_per_partition!r}")
+        if not _is_int(random_state, 0):
+            raise ValueError(f"random_state must be a non-negative integer, got {random_state!r}")
+        if str(dtype) not in ("float64", "float32"):
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+        return cls(rows_per_partition, check_chunk_rows(chunk_rows), bool(shuffle), int(random_state),
+                   np.dtype(str(dtype)))
+
+    def partition_rows(self, n_features: int) -> int:
+        """``rows_per_partition``, or the default for ``n_features`` (see :func:`ingest`)."""
+        if self.rows_per_partition is not None:
+            return int(self.rows_per_partition)
+        low, high = _PARTITION_ROWS_RANGE
+        return int(np.clip(PARTITION_BYTES // (self.dtype.itemsize * (n_features + 1)), low, high))
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= low
+
+
+def _schema(feature_names: Sequence[str], dtype: np.dtype) -> pa.Schema:
+    if _LABEL in feature_names:
+        raise ValueError(f"a feature is named {_LABEL!r}, the name of the output label column; "
+                         "rename it in the input")
+    float_type = pa.from_numpy_dtype(dtype)
+    return pa.schema([pa.field(name, float_type, nullable=False) for name in feature_names]
+                     + [pa.field(_LABEL, pa.int8(), nullable=False)])
+
+
+def _metadata(source: Source, summaries, options: _Options, n_partitions: int) -> dict:
+    names = source.feature_names
+    return {"format": meta.FORMAT, "format_version": meta.FORMAT_VERSION,
+            "nsdist_version": meta.library_version(), "layout": "columns", "label_column": _LABEL,
+            "feature_names": names, "n_features": len(names),
+            "num_rows": sum(s.rows for s in summaries), "positives": sum(s.positives for s in summaries),
+            "dropped_rows": sum(s.dropped for s in summaries), "num_partitions": n_partitions,
+            **source.describe(),
+            "ingest": {"shuffle": options.shuffle, "random_state": options.random_state,
+                       "rows_per_partition": options.partition_rows(len(names)),
+                       "chunk_rows": options.chunk_rows, "dtype": options.dtype.name}}
+
+
+def _slices(counts: np.ndarray, b: int) -> list[tuple[int, int]]:
+    """``(chunk, batch)`` pairs holding partition ``b``'s rows (chunk files hold only non-empty slices)."""
+    return [(int(c), int(np.count_nonzero(counts[c, :b]))) for c in np.flatnonzero(counts[:, b])]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What the scatter and gather tasks share (small: no data)."""
+
+    source: Source
+    fs: AbstractFileSystem
+    staging: str
+    options: _Options
+    schema: pa.Schema
+    header_meta: dict
+
+    @property
+    def work(self) -> str:
+        return posixpath.join(self.staging, "_work")
+
+    def chunk_path(self, c: int) -> str:
+        return posixpath.join(self.work, f"chunk-{c:08d}.arrow")
+
+    def scatter(self, c: int, block: Any, counts: np.ndarray) -> int:
+        """Encode chunk ``c`` and write its slice for every partition; returns its row count."""
+        X, y = self.source.encode(block, self.options.dtype)
+        if len(y) != counts.sum():
+            raise ValueError(f"{self.source.name}: chunk {c} has {len(y)} rows in the second pass but "
+                             f"{counts.sum()} in the first: the input changed during ingest")
+        batch = pa.RecordBatch.from_arrays([pa.array(X[:, j]) for j in range(X.shape[1])] + [pa.array(y)],
+                                           schema=self.schema)
+        if self.options.shuffle:
+            batch = batch.take(pa.array(rng(self.options.random_state, 1, c).permutation(len(y))))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        with self.fs.open(self.chunk_path(c), "wb") as f, \
+                pa.ipc.new_file(f, self.schema, options=_IPC_OPTIONS) as writer:
+            for b in np.flatnonzero(counts):
+                writer.write_batch(batch.slice(starts[b], counts[b]))
+        return len(y)
+
+    def gather(self, b: int, slices: Sequence[tuple[int, int]]) -> dict:
+        """Assemble, shuffle and write partition ``b``; returns its sidecar entry."""
+        batches = []
+        for c, k in slices:
+            with self.fs.open(self.chunk_path(c), "rb") as f:
+                batches.append(pa.ipc.open_file(f).get_batch(k))
+        table = pa.Table.from_batches(batches, self.schema)
+        if self.options.shuffle:
+            table = table.take(pa.array(rng(self.options.random_state, 2, b).permutation(table.num_rows)))
+        table = table.replace_schema_metadata({meta.META_KEY: meta.dumps(self.header_meta)})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        data = sink.getvalue()
+        name = f"part-{b:05d}.parquet"
+        with self.fs.open(posixpath.join(self.staging, name), "wb") as f:
+            f.write(data)
+        return {"path": name, "num_rows": table.num_rows,
+                "positives": int(pc.sum(pc.equal(table.column(_LABEL), 1)).as_py() or 0),
+                "sha256": hashlib.sha256(data).hexdigest()}
+
+
+@contextlib.contextmanager
+def _dask_client(client: Client | str | None) -> Iterator[Client]:
+    """The given client, a client of the given scheduler, or a temporary in-process cluster."""
+    if isinstance(client, Client):
+        yield client
+    elif isinstance(client, str):
+        with Client(client, set_as_default=False) as connected:
+            yield connected
+    elif client is None:
+        threads = min(4, os.cpu_count() or 1)
+        with LocalCluster(processes=False, n_workers=1, threads_per_worker=threads,
+                          dashboard_address=":0", silence_logs=logging.CRITICAL) as cluster, \
+                Client(cluster, set_as_default=False) as local:
+            yield local
+    else:
+        raise ValueError(f"client must be a distributed.Client, a scheduler address or None, "
+                         f"got {client!r}")
+
+
+def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> list:
+    """Run ``fn(*args)`` for each tuple of ``calls`` on ``client``, results in order.
+
+    At most two calls per worker thread are in flight; text blocks are
+    scattered to the cluster rather than embedded in the task. When a call
+    fails, the calls in flight are waited for (so that none writes after the
+    caller cleans up) and the first error is raised; on an interrupt they are
+    cancelled.
+    """
+    limit = 2 * max(1, sum(client.nthreads().values()))
+    token = uuid.uuid4().hex[:8]
+    index: dict[Future, int] = {}
+    results: dict[int, Any] = {}
+    running = as_completed(loop=client.loop)
+    try:
+        for i, args in enumerate(calls):
+            if running.count() >= limit:
+                future = next(running)
+                results[index[future]] = future.result()
+            args = tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in args)
+            future = client.submit(fn, *args, key=f"nsdist-ingest-{token}-{i}")
+            index[future] = i
+            running.add(future)
+        for future in running:
+            results[index[future]] = future.result()
+    except Exception:
+        for _ in running:
+            pass
+        raise
+    except BaseException:
+        client.cancel(list(index))
+        raise
+    return [results[i] for i in range(len(index))]

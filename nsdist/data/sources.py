@@ -1,0 +1,317 @@
+"""Ingest inputs: format detection and, per format, how to scan and encode a chunk.
+
+A source is a small picklable object. Ingest calls, in this order:
+
+``blocks(chunk_rows)``   on the driver: the input cut into chunks (text blocks,
+                         or partition indices for Parquet);
+``scan(block)``          in a task: validate a chunk and summarise it (rows,
+                         positives, largest svmlight index, CSV categories);
+``planned(summaries)``   on the driver: fix the dimension / categories;
+``encode(block, dtype)`` in a task: the chunk as a dense ``(X, y)``.
+
+Feature names: CSV header names (``col0, col1, ...`` without a header, by the
+0-based field position), ``"<column>=<category>"`` for one-hot columns;
+``x1 ... x{d}`` for svmlight (the file's own 1-based indices); the source's
+names for Parquet.
+
+One-hot encoding: each categorical column becomes one 0/1 column per category,
+in sorted order, in place of the column. Pass the ``categories`` recorded in a
+training set's metadata as ``categorical=`` to encode test data the same way:
+a category not in that list encodes as all zeros.
+"""
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from fsspec.spec import AbstractFileSystem
+from fsspec.utils import infer_compression
+
+from nsdist.data.dataset import Dataset
+from nsdist.data.fs import DataNotFoundError, display, resolve
+from nsdist.data.labels import LabelRule, LabelValues
+from nsdist.data.readers import CsvLayout, TextBlock, parse_csv, parse_svmlight, text_blocks
+
+__all__ = ["FORMATS", "infer_format", "open_source", "Summary", "Source",
+           "SvmlightSource", "CsvSource", "ParquetSource"]
+
+FORMATS = ("svmlight", "csv", "parquet")
+_SUFFIX_FORMATS = {**dict.fromkeys((".svm", ".libsvm", ".svmlight", ".t", ".tr", ".trn", ".tst", ".val"),
+                                   "svmlight"),
+                   ".csv": "csv", **dict.fromkeys((".parquet", ".parq", ".pq"), "parquet")}
+
+Categorical = Sequence[int | str] | Mapping[int | str, Sequence[str]]
+
+
+def infer_format(fs: AbstractFileSystem, path: str) -> str:
+    """``"svmlight"``, ``"csv"`` or ``"parquet"`` from the name (after any compression suffix).
+
+    A directory or glob is Parquet; a name without extension (LIBSVM's ``a9a``,
+    ``w8a``, ``ijcnn1``) is svmlight.
+
+    Raises
+    ------
+    ValueError
+        If the name does not tell, asking for ``format=``.
+    """
+    if any(c in path for c in "*?[") or fs.isdir(path):
+        return "parquet"
+    name = posixpath.basename(path)
+    if infer_compression(name):
+        name = name.rsplit(".", 1)[0]
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem:
+        return "svmlight"
+    fmt = _SUFFIX_FORMATS.get(f".{ext.lower()}")
+    if fmt is None:
+        raise ValueError(f"cannot tell the format of {display(fs, path)} from its name; "
+                         "pass format='svmlight', 'csv' or 'parquet'")
+    return fmt
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the first pass learns from one chunk.
+
+    ``lines``: raw lines (or rows) the task held; ``max_index``: largest svmlight
+    index; ``categories``: distinct values per CSV categorical column;
+    ``negative_forms``: negative label encodings seen -> first line.
+    """
+
+    rows: int
+    positives: int
+    dropped: int
+    lines: int
+    max_index: int = 0
+    categories: tuple[tuple[str, ...], ...] = ()
+    negative_forms: dict[str, int] = field(default_factory=dict)
+
+
+class Source(Protocol):
+    """Interface of an ingest input (see the module docstring)."""
+
+    @property
+    def name(self) -> str:
+        """The input, as named in messages."""
+
+    def blocks(self, chunk_rows: int) -> Iterable[Any]:
+        """The input cut into chunks of at most ``chunk_rows`` rows (Parquet: one per partition)."""
+
+    def scan(self, block: Any) -> Summary:
+        """Validate and summarise one chunk."""
+
+    def planned(self, summaries: Sequence[Summary]) -> Source:
+        """This source with the encoding fixed from all chunk summaries."""
+
+    @property
+    def feature_names(self) -> list[str]:
+        """Names of the encoded features (after :meth:`planned`)."""
+
+    def encode(self, block: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """One chunk as ``(X, y)``: ``X`` Fortran-ordered ``(n, d)`` of ``dtype``, ``y`` int8 ±1."""
+
+    def describe(self) -> dict:
+        """``{"source": ..., "label_mapping": ..., "categories": ...}`` for the metadata."""
+
+
+@dataclass(frozen=True)
+class SvmlightSource:
+    """An svmlight/LIBSVM text file (``n_features`` fixed by :meth:`planned`)."""
+
+    fs: AbstractFileSystem
+    path: str
+    rule: LabelRule
+    n_features: int | None = None
+
+    @property
+    def name(self) -> str:
+        return display(self.fs, self.path)
+
+    def blocks(self, chunk_rows: int) -> Iterator[TextBlock]:
+        return text_blocks(self.fs, self.path, chunk_rows)
+
+    def scan(self, block: TextBlock) -> Summary:
+        rows = parse_svmlight(block, self.rule, n_features=self.n_features)
+        return Summary(len(rows.labels), int((rows.labels > 0).sum()), rows.dropped, len(block.lines),
+                       max_index=rows.max_index)
+
+    def planned(self, summaries: Sequence[Summary]) -> SvmlightSource:
+        d = self.n_features or max((s.max_index for s in summaries), default=0)
+        if d == 0:
+            raise ValueError(f"{self.name}: no feature index:value pairs; pass n_features= for "
+                             "a file of empty rows")
+        return replace(self, n_features=d)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f"x{i}" for i in range(1, self.n_features + 1)]
+
+    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        rows = parse_svmlight(block, self.rule, n_features=self.n_features)
+        return rows.to_dense(self.n_features, dtype), rows.labels
+
+    def describe(self) -> dict:
+        return {"source": {"format": "svmlight", "url": self.name},
+                "label_mapping": self.rule.describe(), "categories": {}}
+
+
+@dataclass(frozen=True)
+class CsvSource:
+    """A CSV text file (``categories`` fixed by :meth:`planned` unless given)."""
+
+    fs: AbstractFileSystem
+    path: str
+    layout: CsvLayout
+    rule: LabelRule
+    categories: tuple[tuple[str, ...], ...] | None = None
+
+    @property
+    def name(self) -> str:
+        return display(self.fs, self.path)
+
+    def blocks(self, chunk_rows: int) -> Iterator[TextBlock]:
+        return text_blocks(self.fs, self.path, chunk_rows)
+
+    def scan(self, block: TextBlock) -> Summary:
+        rows = parse_csv(block, self.layout, self.rule, numeric=False)
+        return Summary(len(rows.labels), int((rows.labels > 0).sum()), rows.dropped, len(block.lines),
+                       categories=tuple(tuple(pc.unique(c).to_pylist()) for c in rows.categorical),
+                       negative_forms=rows.negative_forms)
+
+    def planned(self, summaries: Sequence[Summary]) -> CsvSource:
+        forms: dict[str, int] = {}
+        for s in summaries:
+            for form, line in s.negative_forms.items():
+                forms.setdefault(form, line)
+        if len(forms) > 1:
+            seen = ", ".join(f"{form!r} (line {line})"
+                             for form, line in sorted(forms.items(), key=lambda item: item[1]))
+            raise ValueError(f"{self.name}: negative labels use several encodings: {seen}; "
+                             "pass positive= (and negative=) to say which labels are which")
+        if self.categories is not None:
+            return self
+        found = [sorted({v for s in summaries for v in s.categories[k]})
+                 for k in range(len(self.layout.categorical))]
+        return replace(self, categories=tuple(tuple(values) for values in found))
+
+    @property
+    def feature_names(self) -> list[str]:
+        names, layout = [], self.layout
+        for j, name in enumerate(layout.names):
+            if j in layout.categorical:
+                names += [f"{name}={value}" for value in self.categories[layout.categorical.index(j)]]
+            elif j != layout.label:
+                names.append(name)
+        return names
+
+    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        rows = parse_csv(block, self.layout, self.rule)
+        layout = self.layout
+        out = np.zeros((len(rows.labels), len(self.feature_names)), dtype=dtype, order="F")
+        column = 0
+        for j in range(len(layout.names)):
+            if j in layout.categorical:
+                k = layout.categorical.index(j)
+                codes = pc.index_in(rows.categorical[k], value_set=pa.array(self.categories[k], pa.string()))
+                codes = codes.to_numpy(zero_copy_only=False)
+                seen = ~np.isnan(codes)
+                out[np.flatnonzero(seen), column + codes[seen].astype(np.int64)] = 1
+                column += len(self.categories[k])
+            elif j != layout.label:
+                out[:, column] = rows.numeric[:, layout.numeric.index(j)]
+                column += 1
+        return out, rows.labels
+
+    def describe(self) -> dict:
+        layout = self.layout
+        return {"source": {"format": "csv", "url": self.name, "columns": list(layout.names),
+                           "header": layout.header_line > 0},
+                "label_mapping": {"column": layout.names[layout.label], **self.rule.describe()},
+                "categories": {layout.names[j]: list(values)
+                               for j, values in zip(layout.categorical, self.categories)}}
+
+
+@dataclass(frozen=True)
+class ParquetSource:
+    """A Parquet dataset (labels in {-1,+1}/{0,1}/bool); one chunk per partition."""
+
+    dataset: Dataset
+
+    @property
+    def name(self) -> str:
+        return self.dataset.url
+
+    def blocks(self, chunk_rows: int) -> range:
+        return range(len(self.dataset.partitions))
+
+    def scan(self, block: int) -> Summary:
+        y = self.dataset.read_labels(block)
+        return Summary(len(y), int((y > 0).sum()), 0, len(y))
+
+    def planned(self, summaries: Sequence[Summary]) -> ParquetSource:
+        return self
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.dataset.feature_names
+
+    def encode(self, block: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        X, y = self.dataset.read_partition(block, dtype=dtype)
+        return np.asfortranarray(X), y
+
+    def describe(self) -> dict:
+        return {"source": {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint},
+                "label_mapping": {"column": self.dataset.label_column, **LabelRule().describe()},
+                "categories": {}}
+
+
+def open_source(src: str, *, format: str | None = None, label_column: int | str = "label",
+                positive: LabelValues = None, negative: LabelValues = None,
+                categorical: Categorical = (), header: bool | None = None,
+                n_features: int | None = None, storage_options: Mapping[str, Any] | None = None
+                ) -> Source:
+    """Resolve ``src`` and the format options of :func:`nsdist.data.ingest.ingest` into a source.
+
+    Raises
+    ------
+    ValueError
+        For an unknown format, options that do not apply to the format, a
+        missing file (:class:`~nsdist.data.fs.DataNotFoundError`), or bad
+        option values.
+    """
+    fs, path = resolve(src, storage_options)
+    fmt = format if format is not None else infer_format(fs, path)
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    given = {"categorical": bool(categorical), "header": header is not None,
+             "positive": positive is not None, "negative": negative is not None,
+             "n_features": n_features is not None, "label_column": label_column != "label"}
+    allowed = {"csv": {"categorical", "header", "positive", "negative", "label_column"},
+               "svmlight": {"positive", "negative", "n_features"}, "parquet": {"label_column"}}[fmt]
+    wrong = [option for option, used in given.items() if used and option not in allowed]
+    if wrong:
+        raise ValueError(f"option(s) {wrong} do not apply to {fmt} input {display(fs, path)}")
+    if fmt == "parquet":
+        if not isinstance(label_column, str):
+            raise ValueError(f"label_column must be a column name for Parquet input, got {label_column!r}")
+        return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options))
+    if not fs.isfile(path):
+        raise DataNotFoundError(f"no such file: {display(fs, path)}")
+    if fmt == "svmlight":
+        if n_features is not None and (isinstance(n_features, bool) or not isinstance(n_features, int)
+                                       or n_features < 1):
+            raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+        return SvmlightSource(fs, path, LabelRule.create(positive, negative, default="sign"), n_features)
+    fixed = isinstance(categorical, Mapping)
+    layout = CsvLayout.detect(fs, path, label_column=label_column,
+                              categorical=list(categorical), header=header)
+    categories = None
+    if fixed:
+        by_index = {layout.index(k): v for k, v in categorical.items()}
+        categories = tuple(tuple(str(v) for v in by_index[j]) for j in layout.categorical)
+    return CsvSource(fs, path, layout, LabelRule.create(positive, negative, default="binary"), categories)

@@ -1,0 +1,221 @@
+"""Opening Parquet datasets users already have, and every bad input named."""
+from __future__ import annotations
+
+import pickle
+import re
+import shutil
+
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from nsdist.data import DataNotFoundError, Dataset
+
+RNG = np.random.default_rng(0)
+
+
+def _frame(n: int, labels) -> pd.DataFrame:
+    X = RNG.normal(size=(n, 3))
+    return pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "c": X[:, 2].round().astype(np.int64), "label": labels})
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 1, 0, 0], [-1, 1, 1, -1, -1], [False, True, True, False, False],
+                                    [0.0, 1.0, 1.0, 0.0, 0.0]])
+def test_user_parquet_one_column_per_feature(tmp_path, labels):
+    df = _frame(5, labels)
+    df.to_parquet(tmp_path / "data.parquet")
+    ds = Dataset.open(str(tmp_path / "data.parquet"))
+    assert ds.feature_names == ["a", "b", "c"] and ds.n_features == 3 and ds.num_rows == 5
+    X, y = ds.read_partition(0)
+    np.testing.assert_array_equal(X, df[["a", "b", "c"]].to_numpy(float))
+    assert X.flags.c_contiguous and X.dtype == np.float64
+    np.testing.assert_array_equal(y, [-1, 1, 1, -1, -1])
+    assert y.dtype == np.int8
+    X32, _ = ds.read_partition(0, dtype=np.float32)
+    assert X32.dtype == np.float32
+    assert ds.metadata["layout"] == "columns" and ds.metadata["fingerprint"] == ds.fingerprint
+
+
+def test_pandas_index_and_chosen_columns(tmp_path):
+    df = _frame(4, [0, 1, 0, 1]).set_index(pd.Index(["w", "x", "y", "z"], name="id"))
+    df["name"] = ["p", "q", "r", "s"]
+    df.to_parquet(tmp_path / "d.parquet")
+    with pytest.raises(ValueError, match="column 'name' has type (large_)?string, not a number; pass feature_columns="):
+        Dataset.open(tmp_path / "d.parquet")
+    ds = Dataset.open(tmp_path / "d.parquet", feature_columns=["c", "a"])
+    assert ds.feature_names == ["c", "a"]
+    np.testing.assert_array_equal(ds.read_partition(0)[0], df[["c", "a"]].to_numpy(float))
+    df.drop(columns="name").to_parquet(tmp_path / "e.parquet")
+    assert Dataset.open(tmp_path / "e.parquet").feature_names == ["a", "b", "c"]  # index "id" is not a feature
+
+
+def test_fixed_size_list_and_sparse_layouts(tmp_path):
+    X = RNG.normal(size=(6, 4))
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 4)
+    pq.write_table(pa.table({"features": vectors, "label": pa.array([1, 0, 0, 1, 0, 0], pa.int8())}),
+                   tmp_path / "v.parquet", row_group_size=4)
+    ds = Dataset.open(tmp_path / "v.parquet")
+    assert ds.schema.layout == "vector" and ds.feature_names == ["x0", "x1", "x2", "x3"]
+    np.testing.assert_array_equal(ds.read_partition(0)[0], X)
+
+    sparse = pa.table({"indices": pa.array([[0, 3], [], [1]], pa.list_(pa.int32())),
+                       "values": pa.array([[1.5, -2.0], [], [4.0]]), "label": [1, -1, -1]})
+    schema_meta = {b"nsdist": b'{"n_features": 5}'}
+    pq.write_table(sparse.replace_schema_metadata(schema_meta), tmp_path / "s.parquet")
+    ds = Dataset.open(tmp_path / "s.parquet")
+    assert ds.schema.layout == "sparse" and ds.n_features == 5
+    np.testing.assert_array_equal(ds.read_partition(0)[0], [[1.5, 0, 0, -2, 0], [0] * 5, [0, 4, 0, 0, 0]])
+    pq.write_table(sparse, tmp_path / "nodim.parquet")
+    with pytest.raises(ValueError, match="need the dimension in the schema metadata"):
+        Dataset.open(tmp_path / "nodim.parquet")
+    bad = sparse.set_column(0, "indices", pa.array([[0, 7], [], [1]], pa.list_(pa.int32())))
+    pq.write_table(bad.replace_schema_metadata(schema_meta), tmp_path / "range.parquet")
+    with pytest.raises(ValueError, match=r"range.parquet \(partition 0\): row 0: feature index 7 is outside"):
+        Dataset.open(tmp_path / "range.parquet").read_partition(0)
+    pq.write_table(pa.table({"f": pa.array([[1.0], [2.0, 3.0]]), "label": [1, 0]}), tmp_path / "var.parquet")
+    with pytest.raises(ValueError, match="must be a fixed-size list"):
+        Dataset.open(tmp_path / "var.parquet")
+
+
+def test_hive_directories_glob_and_offsets(tmp_path):
+    frames = {"date=2026-11-25/part-0.parquet": _frame(3, [1, 0, 0]),
+              "date=2026-11-24/part-1.parquet": _frame(2, [0, 1]),
+              "date=2026-11-24/part-0.parquet": _frame(4, [0, 0, 0, 1])}
+    for name, df in frames.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        df.to_parquet(tmp_path / name)
+    (tmp_path / "_SUCCESS").write_text("")
+    (tmp_path / "notes.txt").write_text("not data")
+    (tmp_path / ".hidden").mkdir()
+    _frame(1, [1]).to_parquet(tmp_path / ".hidden" / "x.parquet")
+    ds = Dataset.open(tmp_path)
+    order = sorted(frames)
+    assert [p.path for p in ds.partitions] == [str(tmp_path / n) for n in order]
+    assert [(p.index, p.num_rows, p.row_offset) for p in ds.partitions] == [(0, 4, 0), (1, 2, 4), (2, 3, 6)]
+    for p in ds.partitions:
+        np.testing.assert_array_equal(ds.read_partition(p.index)[0][:, 0], frames[order[p.index]]["a"])
+    globbed = Dataset.open(str(tmp_path / "date=2026-11-24" / "*.parquet"))
+    assert globbed.num_rows == 6 and len(globbed.partitions) == 2
+
+
+def test_memory_url_pickles_small_and_reads_in_dask(memory_url, dask_client):
+    fs = fsspec.filesystem("memory")
+    for k in range(3):
+        with fs.open(f"{memory_url}/part-{k}.parquet", "wb") as f:
+            _frame(1000, np.arange(1000) % 2).to_parquet(f)
+    ds = Dataset.open(memory_url)
+    assert ds.num_rows == 3000 and len(pickle.dumps(ds)) < 5000
+    X, y = dask_client.submit(ds.read_partition, 2).result()
+    assert X.shape == (1000, 3) and (y > 0).sum() == 500
+    assert ds.partition_name(2) == f"{memory_url}/part-2.parquet (partition 2)"
+
+
+def test_fingerprint(tmp_path):
+    (tmp_path / "a").mkdir()
+    for k in range(2):
+        _frame(5, [0, 1, 0, 1, 0]).to_parquet(tmp_path / "a" / f"p{k}.parquet")
+    first = Dataset.open(tmp_path / "a")
+    assert Dataset.open(tmp_path / "a").fingerprint == first.fingerprint
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert Dataset.open(tmp_path / "b").fingerprint == first.fingerprint
+    _frame(6, [0, 1, 0, 1, 0, 1]).to_parquet(tmp_path / "b" / "p1.parquet")
+    changed = Dataset.open(tmp_path / "b")
+    assert changed.fingerprint != first.fingerprint
+    assert changed.partitions[0].fingerprint == first.partitions[0].fingerprint
+    assert changed.partitions[1].fingerprint != first.partitions[1].fingerprint
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("value, shown", [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_nonfinite_feature_names_file_row_feature(tmp_path, value, shown):
+    b = np.arange(5.0)
+    b[3] = value
+    pq.write_table(pa.table({"a": np.ones(5), "b": b, "label": [0, 1, 0, 1, 0]}), tmp_path / "p.parquet")
+    ds = Dataset.open(tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=re.escape(f"p.parquet (partition 0): row 3: feature 'b' = {shown} "
+                                                   "is not finite")):
+        ds.read_partition(0)
+
+
+def test_null_feature_and_bad_labels(tmp_path):
+    pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0]), "label": [0, 1, 0]}), tmp_path / "n.parquet")
+    with pytest.raises(ValueError, match=re.escape("n.parquet (partition 0): row 1: feature 'a' is missing")):
+        Dataset.open(tmp_path / "n.parquet").read_partition(0)
+    _frame(4, [0, 1, 2, 1]).to_parquet(tmp_path / "l.parquet")
+    with pytest.raises(ValueError, match=re.escape("l.parquet (partition 0): label[2] = 2 is not a valid label")):
+        Dataset.open(tmp_path / "l.parquet").read_partition(0)
+    pq.write_table(pa.table({"a": [1.0, 2.0], "label": pa.array([1, None])}), tmp_path / "m.parquet")
+    with pytest.raises(ValueError, match=re.escape("m.parquet (partition 0): row 1: label column 'label' is "
+                                                   "missing")):
+        Dataset.open(tmp_path / "m.parquet").read_labels(0)
+    with pytest.raises(ValueError, match="no label column 'y'"):
+        Dataset.open(tmp_path / "l.parquet", label_column="y")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda df: df.drop(columns="b"), "column 'b' is missing"),
+    (lambda df: df.assign(b=df["b"].astype(str)), "column 'b' has type (large_)?string, expected number"),
+    (lambda df: df.assign(z=1.0), "column 'z' is not in the first partition"),
+])
+def test_schema_differing_partition_named(tmp_path, change, message):
+    _frame(3, [0, 1, 0]).to_parquet(tmp_path / "part-0.parquet")
+    change(_frame(3, [0, 1, 0])).to_parquet(tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError, match=r"part-1\.parquet: schema differs from the first partition: " + message):
+        Dataset.open(tmp_path)
+
+
+def test_numeric_types_may_differ_between_partitions(tmp_path):
+    _frame(3, [0, 1, 0]).to_parquet(tmp_path / "part-0.parquet")
+    _frame(3, [0, 1, 0]).assign(a=[1, 2, 3]).to_parquet(tmp_path / "part-1.parquet")
+    assert Dataset.open(tmp_path).read_partition(1)[0][:, 0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_partition_changed_after_open(tmp_path):
+    _frame(3, [0, 1, 0]).to_parquet(tmp_path / "part-0.parquet")
+    ds = Dataset.open(tmp_path)
+    _frame(3, [0, 1, 0]).drop(columns="c").to_parquet(tmp_path / "part-0.parquet")
+    with pytest.raises(ValueError, match="part-0.parquet \\(partition 0\\): schema differs .* column 'c' is missing"):
+        ds.read_partition(0)
+    _frame(4, [0, 1, 0, 0]).to_parquet(tmp_path / "part-0.parquet")
+    with pytest.raises(ValueError, match="has 4 rows but had 3 when the dataset was opened"):
+        ds.read_partition(0)
+
+
+def test_empty_partition_is_skipped_with_warning(tmp_path):
+    _frame(3, [0, 1, 0]).to_parquet(tmp_path / "part-0.parquet")
+    _frame(0, []).astype({"label": np.int64}).to_parquet(tmp_path / "part-1.parquet")
+    _frame(2, [1, 1]).to_parquet(tmp_path / "part-2.parquet")
+    with pytest.warns(UserWarning, match="part-1.parquet: Parquet file has no rows; skipped"):
+        ds = Dataset.open(tmp_path)
+    assert [(p.index, p.num_rows, p.row_offset) for p in ds.partitions] == [(0, 3, 0), (1, 2, 3)]
+    assert ds.partitions[1].path.endswith("part-2.parquet")
+
+
+def test_corrupt_and_truncated_files_named(tmp_path):
+    _frame(50, np.arange(50) % 2).to_parquet(tmp_path / "good.parquet")
+    data = (tmp_path / "good.parquet").read_bytes()
+    (tmp_path / "truncated.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "garbage.parquet").write_bytes(b"this is not parquet" * 10)
+    for name in ("truncated.parquet", "garbage.parquet"):
+        with pytest.raises(ValueError, match=re.escape(f"{tmp_path / name}: not a readable Parquet file")):
+            Dataset.open(tmp_path / name)
+    with pytest.raises(ValueError, match="garbage.parquet: not a readable Parquet file"):
+        Dataset.open(tmp_path)
+
+
+def test_nothing_to_open(tmp_path):
+    with pytest.raises(DataNotFoundError, match=re.escape(f"no such file or directory: '{tmp_path / 'nope'}'")):
+        Dataset.open(tmp_path / "nope")
+    with pytest.raises(ValueError, match="no such file or directory: 'memory://nsdist-nothing-here'"):
+        Dataset.open("memory://nsdist-nothing-here")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match=re.escape("no Parquet files (*.parquet, *.parq, *.pq) found at")):
+        Dataset.open(tmp_path / "empty")
+    with pytest.raises(ValueError, match="cannot open 'nosuchprotocol://x'"):
+        Dataset.open("nosuchprotocol://x")

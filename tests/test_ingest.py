@@ -1,0 +1,303 @@
+"""ingest: real data sets round trip, determinism, out-of-core bounds, atomic failure."""
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import itertools
+import json
+import lzma
+import re
+
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from sklearn.datasets import load_svmlight_file
+
+from nsdist.data import DataNotFoundError, Dataset, ingest
+
+
+def _read_all(ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    parts = [ds.read_partition(i) for i in range(len(ds.partitions))]
+    return np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+def _sorted_rows(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    rows = np.column_stack([X, y])
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def _sklearn(path, opener=open):
+    with opener(path, "rb") as f:
+        X, y = load_svmlight_file(f)
+    return X.toarray(), np.where(y > 0, 1, -1)
+
+
+def _letter_reference(repo_data) -> tuple[np.ndarray, np.ndarray]:
+    """Letter read with the csv module, positive = 'N'."""
+    with open(repo_data / "letter" / "letter-recognition.data", newline="") as f:
+        rows = list(csv.reader(f))
+    return np.array([r[1:] for r in rows], float), np.array([1 if r[0] == "N" else -1 for r in rows])
+
+
+def _letter(repo_data, dst, client, **kwargs) -> Dataset:
+    options = {"format": "csv", "label_column": 0, "positive": "N", **kwargs}
+    return ingest(repo_data / "letter" / "letter-recognition.data", dst, client=client, **options)
+
+
+# ----------------------------------------------------------------------------- real data sets
+
+
+def test_svmlight_xz_in_order_equals_sklearn(shared_data, tmp_path, dask_client):
+    src = shared_data / "a9a" / "a9a.xz"
+    ds = ingest(src, tmp_path / "a9a", shuffle=False, rows_per_partition=10_000, client=dask_client)
+    X_ref, y_ref = _sklearn(src, lzma.open)
+    X, y = _read_all(ds)
+    np.testing.assert_array_equal(X, X_ref)
+    np.testing.assert_array_equal(y, y_ref)
+    assert [p.num_rows for p in ds.partitions] == [10_000, 10_000, 10_000, 2561]
+    assert ds.feature_names[:2] == ["x1", "x2"] and ds.n_features == 123
+    meta = ds.metadata
+    assert (meta["num_rows"], meta["positives"], meta["n_features"]) == (32561, 7841, 123)
+    assert meta["source"] == {"format": "svmlight", "url": str(src)}
+    assert meta["label_mapping"]["positive"] is None and meta["ingest"]["shuffle"] is False
+    assert [p["positives"] for p in meta["partitions"]] == [int((y[k:k + 10_000] > 0).sum())
+                                                          for k in range(0, 32561, 10_000)]
+
+
+def test_svmlight_bz2_shuffled_is_a_permutation(shared_data, tmp_path, dask_client):
+    src = shared_data / "ijcnn1" / "ijcnn1.trn.bz2"
+    ds = ingest(src, tmp_path / "ijcnn1", rows_per_partition=20_000, client=dask_client)
+    X_ref, y_ref = _sklearn(src, bz2.open)
+    X, y = _read_all(ds)
+    assert [p.num_rows for p in ds.partitions] == [20_000, 20_000, 9990]
+    np.testing.assert_array_equal(_sorted_rows(X, y), _sorted_rows(X_ref, y_ref))
+    assert not np.array_equal(y, y_ref)
+    assert ds.metadata["positives"] == 4853 and ds.n_features == 22
+
+
+def test_svmlight_empty_rows_w8a(shared_data, tmp_path, dask_client):
+    ds = ingest(shared_data / "w8a" / "w8a.xz", tmp_path / "w8a", dtype="float32", client=dask_client)
+    assert (ds.num_rows, ds.n_features, ds.metadata["positives"]) == (49749, 300, 1479)
+    assert pq.read_schema(ds.partitions[0].path).field("x1").type == "float"
+    X, y = ds.read_partition(0, dtype=np.float32)
+    assert X.dtype == np.float32 and (X.sum(axis=1) == 0).any() and (y > 0).sum() == 1479
+
+
+def test_csv_letter_positive_n(repo_data, tmp_path):
+    """The bundled copy of Letter, with the default in-process cluster."""
+    ds = ingest(repo_data / "letter" / "letter-recognition.data", tmp_path / "letter", format="csv",
+                label_column=0, positive="N")
+    assert (ds.num_rows, ds.n_features, ds.metadata["positives"]) == (20_000, 16, 783)
+    assert ds.feature_names == [f"col{j}" for j in range(1, 17)]
+    assert ds.metadata["label_mapping"] == {"column": "col0", "positive": ["N"], "negative": None,
+                                            "rule": "every other label is negative"}
+    np.testing.assert_array_equal(_sorted_rows(*_read_all(ds)), _sorted_rows(*_letter_reference(repo_data)))
+
+
+def test_csv_quoted_labels_mammography(shared_data, tmp_path, dask_client):
+    ds = ingest(shared_data / "mammography" / "mammography.csv", tmp_path / "mammo", label_column=-1,
+                shuffle=False, client=dask_client)
+    assert (ds.num_rows, ds.n_features, ds.metadata["positives"]) == (11183, 6, 260)
+    X, y = _read_all(ds)
+    ref = pd.read_csv(shared_data / "mammography" / "mammography.csv", header=None, quotechar="'")
+    np.testing.assert_array_equal(X, ref.iloc[:, :6].to_numpy())
+    np.testing.assert_array_equal(y, np.where(ref.iloc[:, 6] == 1, 1, -1))
+
+
+R2L_U2R = ["buffer_overflow.", "loadmodule.", "perl.", "rootkit.", "ftp_write.", "guess_passwd.", "imap.",
+           "multihop.", "phf.", "spy.", "warezclient.", "warezmaster."]
+
+
+def _head_gz(src, dst, n_lines: int) -> list[list[str]]:
+    with gzip.open(src, "rt", newline="") as f:
+        lines = list(itertools.islice(f, n_lines))
+    with gzip.open(dst, "wt", newline="") as f:
+        f.writelines(lines)
+    return list(csv.reader(lines))
+
+
+def test_csv_one_hot_kddcup_slice(shared_data, tmp_path, dask_client):
+    """Train on a head of the 10% file; encode a head of the test file with the train categories."""
+    train = _head_gz(shared_data / "kddcup99" / "kddcup.data_10_percent.gz", tmp_path / "train.csv.gz", 30_000)
+    test = _head_gz(shared_data / "kddcup99" / "corrected.gz", tmp_path / "test.csv.gz", 9000)
+    options = dict(label_column=-1, positive=R2L_U2R, negative="normal.", client=dask_client)
+    ds = ingest(tmp_path / "train.csv.gz", tmp_path / "train", categorical=[1, 2, 3], chunk_rows=7000, **options)
+
+    kept = [r for r in train if r[-1] in R2L_U2R or r[-1] == "normal."]
+    categories = {f"col{j}": sorted({r[j] for r in kept}) for j in (1, 2, 3)}
+    assert ds.metadata["categories"] == categories
+    assert ds.n_features == 38 + sum(map(len, categories.values()))
+    assert ds.num_rows == len(kept) and ds.metadata["dropped_rows"] == len(train) - len(kept)
+    assert ds.metadata["positives"] == sum(r[-1] in R2L_U2R for r in kept) > 0
+    assert "col2=http" in ds.feature_names and ds.feature_names.index("col1=" + categories["col1"][0]) == 1
+
+    encoded = ingest(tmp_path / "test.csv.gz", tmp_path / "test", categorical=ds.metadata["categories"],
+                     shuffle=False, **options)
+    assert encoded.feature_names == ds.feature_names
+    X, _ = _read_all(encoded)
+    test_kept = [r for r in test if r[-1] in R2L_U2R or r[-1] == "normal."]
+    services = categories["col2"]
+    block = [ds.feature_names.index(f"col2={s}") for s in services]
+    expected = np.array([[float(r[2] == s) for s in services] for r in test_kept])
+    np.testing.assert_array_equal(X[:, block], expected)
+    unseen = [i for i, r in enumerate(test_kept) if r[2] not in services]
+    assert unseen and (X[unseen][:, block] == 0).all()
+
+
+def test_parquet_to_parquet(tmp_path, dask_client):
+    rng = np.random.default_rng(1)
+    (tmp_path / "user").mkdir()
+    frames = [pd.DataFrame({"u": rng.normal(size=n), "v": rng.integers(0, 5, n), "label": rng.random(n) < 0.2})
+              for n in (700, 400)]
+    for k, df in enumerate(frames):
+        df.to_parquet(tmp_path / "user" / f"p{k}.parquet")
+    ds = ingest(tmp_path / "user", tmp_path / "out", rows_per_partition=500, client=dask_client)
+    assert [p.num_rows for p in ds.partitions] == [500, 500, 100]
+    df = pd.concat(frames)
+    np.testing.assert_array_equal(_sorted_rows(*_read_all(ds)),
+                                  _sorted_rows(df[["u", "v"]].to_numpy(float), np.where(df["label"], 1, -1)))
+    assert ds.metadata["source"]["format"] == "parquet"
+
+
+def test_memory_urls_both_sides(repo_data, memory_url, dask_client):
+    src = f"{memory_url}/in/letter.csv.xz"
+    with fsspec.open(src, "wb", compression="xz") as f:
+        f.write((repo_data / "letter" / "letter-recognition.data").read_bytes())
+    ds = ingest(src, f"{memory_url}/out", label_column=0, positive=["N", "Q"], rows_per_partition=8000,
+                client=dask_client)
+    assert ds.num_rows == 20_000 and ds.metadata["positives"] == 783 * 2
+    assert [p.num_rows for p in ds.partitions] == [8000, 8000, 4000]
+    fs = fsspec.filesystem("memory")
+    assert sorted(fs.ls(f"{memory_url}/out", detail=False)) == [
+        f"{memory_url[len('memory://'):]}/out/{name}"
+        for name in ("_nsdist.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet")]
+    assert fs.ls(memory_url, detail=False) == [f"{memory_url[len('memory://'):]}/{d}" for d in ("in", "out")]
+
+
+# ----------------------------------------------------------------------------- shuffle
+
+
+def test_deterministic_for_a_seed(repo_data, tmp_path, dask_client):
+    options = dict(rows_per_partition=6000, chunk_rows=3000)
+    a = _letter(repo_data, tmp_path / "a", dask_client, random_state=7, **options)
+    b = _letter(repo_data, tmp_path / "b", dask_client, random_state=7, **options)
+    c = _letter(repo_data, tmp_path / "c", dask_client, random_state=8, **options)
+    names = [f"part-0000{k}.parquet" for k in range(4)]
+    assert [(tmp_path / "a" / n).read_bytes() for n in names] == [(tmp_path / "b" / n).read_bytes() for n in names]
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+    assert a.metadata["content_sha256"] == b.metadata["content_sha256"] != c.metadata["content_sha256"]
+    rows_a, rows_c = _read_all(a), _read_all(c)
+    assert not np.array_equal(rows_a[0], rows_c[0])
+    np.testing.assert_array_equal(_sorted_rows(*rows_a), _sorted_rows(*rows_c))
+
+
+def test_out_of_core_bounds(repo_data, tmp_path, dask_client):
+    """20 chunks of 1000 lines scattered to 7 partitions: no task holds more than 3000 rows."""
+    ds = _letter(repo_data, tmp_path / "ooc", dask_client, chunk_rows=1000, rows_per_partition=3000)
+    info = ds.metadata["ingest"]
+    assert (info["chunks"], info["chunk_rows"], info["max_task_rows"]) == (20, 1000, 3000)
+    assert [p.num_rows for p in ds.partitions] == [3000] * 6 + [2000]
+    X, y = _read_all(ds)
+    X_in, y_in = _letter_reference(repo_data)
+    first_chunk = {tuple(r) for r in X_in[:1000]}
+    from_first_chunk = [sum(tuple(r) in first_chunk for r in X[k:k + 3000]) for k in range(0, 20_000, 3000)]
+    assert all(from_first_chunk)  # every partition draws rows from the first chunk
+    np.testing.assert_array_equal(_sorted_rows(X, y), _sorted_rows(X_in, y_in))
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+def _listing(path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize("name, text, options, message", [
+    ("bad.csv", "a,b,label\n1,2,1\n3,nan,0\n", {}, "bad.csv: line 3, column 'b': value 'nan' is not finite"),
+    ("bad.csv", "a,b,label\n1,2,1\n3,4\n", {}, "bad.csv: line 3: expected 3 fields, found 2"),
+    ("bad.csv", "a,b,label\n1,2,1\n3,4,yes\n", {}, "bad.csv: line 3: label 'yes' is not valid"),
+    ("bad.csv", "a,b,label\n1,2,1\n3,4,0\n5,6,-1\n", {},
+     "bad.csv: negative labels use several encodings: '0' (line 3), '-1' (line 4)"),
+    ("bad.svm", "1 1:1\n-1 2:1\n1 1:x\n", {}, "bad.svm: line 3: feature value 'x' is not a number"),
+    ("bad.svm", "1 1:1\n-1 2:1\n? 1:1\n", {}, "bad.svm: line 3: label '?' is not valid"),
+    ("bad.svm", "1 1:1\n-1 2:1 oops\n", {}, "bad.svm: line 2: 'oops' is not an index:value pair"),
+    ("bad.txt", "1 1:1\n", {}, "cannot tell the format of"),
+    ("bad.svm", "1 1:1\n", {"categorical": [1]}, "option(s) ['categorical'] do not apply to svmlight input"),
+    ("bad.csv", "a,label\n1,0\n", {"n_features": 3}, "option(s) ['n_features'] do not apply to csv input"),
+    ("bad.csv", "a,label\n", {}, "bad.csv: no rows to ingest"),
+    ("bad.csv", "label,x\n1,0\n2,1\n", {"label_column": "x"}, "a feature is named 'label'"),
+])
+def test_bad_input_leaves_existing_dst_untouched(tmp_path, dask_client, name, text, options, message):
+    src = tmp_path / "in" / name
+    src.parent.mkdir()
+    src.write_text(text)
+    dst = tmp_path / "out" / "ds"
+    dst.mkdir(parents=True)
+    (dst / "part-00000.parquet").write_bytes(b"previous content")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ingest(src, dst, overwrite=True, chunk_rows=2, client=dask_client, **options)
+    assert _listing(tmp_path / "out") == ["ds", "ds/part-00000.parquet"]
+    assert (dst / "part-00000.parquet").read_bytes() == b"previous content"
+
+
+def test_warns_when_one_class_is_missing(repo_data, tmp_path, dask_client):
+    with pytest.warns(UserWarning, match="all 20000 rows are negative; check positive="):
+        _letter(repo_data, tmp_path / "x", dask_client, positive="n")
+
+
+def test_existing_dst_needs_overwrite(tmp_path, dask_client):
+    src = tmp_path / "in.csv"
+    src.write_text("a,label\n1,0\n2,1\n")
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True"):
+        ingest(src, tmp_path / "dst", client=dask_client)
+    assert _listing(tmp_path / "dst") == ["keep.txt"]
+    ds = ingest(src, tmp_path / "dst", overwrite=True, client=dask_client)
+    assert _listing(tmp_path / "dst") == ["_nsdist.json", "part-00000.parquet"] and ds.num_rows == 2
+    assert _listing(tmp_path) == ["dst", "dst/_nsdist.json", "dst/part-00000.parquet", "in.csv"]
+
+
+def test_missing_source_and_bad_options(tmp_path):
+    with pytest.raises(DataNotFoundError, match="no such file"):
+        ingest(tmp_path / "nope.csv", tmp_path / "x")
+    with pytest.raises(DataNotFoundError, match=re.escape("no such file: memory:///nsdist-absent.svm")):
+        ingest("memory://nsdist-absent.svm", tmp_path / "x")
+    with pytest.raises(DataNotFoundError, match=re.escape("no Parquet files (*.parquet, *.parq, *.pq) found at "
+                                                          "'memory://absent/*.pq'")):
+        ingest("memory://absent/*.pq", tmp_path / "x")
+    src = tmp_path / "in.csv"
+    src.write_text("a,label\n1,0\n")
+    for bad, message in [({"dtype": "int8"}, "dtype must be"), ({"chunk_rows": 0}, "chunk_rows must be"),
+                         ({"rows_per_partition": -1}, "rows_per_partition must be"),
+                         ({"random_state": -1}, "random_state must be"), ({"format": "json"}, "format must be"),
+                         ({"client": 3}, "client must be")]:
+        with pytest.raises(ValueError, match=message):
+            ingest(src, tmp_path / "x", **bad)
+    assert not (tmp_path / "x").exists()
+
+
+def test_sidecar_and_schema_metadata_agree(repo_data, tmp_path, dask_client):
+    ds = _letter(repo_data, tmp_path / "l", dask_client, rows_per_partition=12_000)
+    sidecar = json.loads((tmp_path / "l" / "_nsdist.json").read_text())
+    embedded = json.loads(pq.read_schema(tmp_path / "l" / "part-00001.parquet").metadata[b"nsdist"])
+    assert {k: v for k, v in sidecar.items() if k not in ("partitions", "content_sha256", "ingest")} == \
+        {k: v for k, v in embedded.items() if k != "ingest"}
+    assert sidecar["partitions"][1]["num_rows"] == 8000
+    assert sum(p["positives"] for p in sidecar["partitions"]) == 783
+    assert ds.metadata["nsdist_version"] and ds.metadata["format"] == "nsdist-dataset"
+
+
+def test_metadata_counts_only_while_the_files_match(repo_data, tmp_path, dask_client):
+    ds = _letter(repo_data, tmp_path / "l", dask_client, rows_per_partition=12_000)
+    assert ds.metadata["positives"] == 783 and len(ds.metadata["partitions"]) == 2
+    single = Dataset.open(ds.partitions[0].path)
+    assert "positives" not in single.metadata and single.metadata["label_mapping"]["positive"] == ["N"]
+    assert single.metadata["num_rows"] == 12_000
+    (tmp_path / "l" / "part-00001.parquet").unlink()
+    with pytest.warns(UserWarning, match="_nsdist.json does not match the Parquet files present; ignored"):
+        remaining = Dataset.open(tmp_path / "l")
+    assert "positives" not in remaining.metadata and remaining.num_rows == 12_000
