@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 import numpy as np
+from dask.base import tokenize
 
 from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
@@ -20,7 +21,7 @@ from .engine.cluster import connect
 from .engine.evaluate import cut_intercept_dataset, evaluate_dataset
 from .estimator import NonDecomposableClassifier
 from .model import LinearModel, load_model
-from .solvers.kernel import EPOCH_STATS
+from .solvers.kernel import SGDState
 
 __all__ = ["ingest", "train", "evaluate", "load_model", "open_dataset"]
 
@@ -42,7 +43,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
           storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
-          on_step: Callable[[ChainProgress], None] | None = None, **params) -> LinearModel:
+          on_step: Callable[[ChainProgress], None] | None = None, dtype: str = "float64",
+          init_model: LinearModel | None = None, **params) -> LinearModel:
     """Train on a Parquet dataset, streaming its partitions through Dask.
 
     Parameters
@@ -63,6 +65,13 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         recorded after every partition (the learning curve).
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition.
+    init_model : LinearModel, optional
+        Warm start (1PMB/2PMB): the first iterate is this model's weights (and
+        intercept, for F1) instead of zero; the step schedule ``eta / sqrt(e)``
+        and the average start afresh.  Its features must match the dataset's.
+    dtype : {"float64", "float32"}
+        Precision of the feature buffers on the workers (float32 halves memory
+        and bandwidth; the estimator on float32 arrays gives the same model).
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ...).  ``1pmb`` and
@@ -79,16 +88,21 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     est = NonDecomposableClassifier(**params)
     setup = est._sgd_setup(ds.n_features, ds.num_rows)
     if est.solver not in _STREAMING:
+        if init_model is not None:
+            raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {est.solver!r}")
         return _train_in_memory(est, ds, client)
     cfg = ChainConfig(loss=setup.loss, buffer_size=est.buffer_size, eta=setup.eta, radius=setup.radius,
                       fit_intercept=setup.fit_intercept, n_passes=est.n_passes, shuffle=est.shuffle,
-                      random_state=est.random_state, two_pass=est.solver == "2pmb")
-    job = cfg.token()
+                      random_state=est.random_state, two_pass=est.solver == "2pmb", dtype=dtype)
+    job = cfg.token() if init_model is None else tokenize(cfg.token(), init_model.coef, init_model.intercept)
     start, state, reservoir, prior, offset = 0, None, None, [], 0.0
+    if init_model is not None:
+        init_model.check_features(ds.feature_names, where=f"dataset {ds.url}")
+        state = SGDState(w=init_model.coef.copy(), b=init_model.intercept if setup.fit_intercept else 0.0)
     if resume:
         if not checkpoint:
             raise ValueError("resume=True needs the checkpoint URL of the interrupted job")
-        ck = Checkpoint.load(checkpoint, job=job, dataset_fingerprint=ds.fingerprint)
+        ck = Checkpoint.load(checkpoint, job=job, dataset_fingerprint=ds.fingerprint, dtype=dtype)
         start, state, reservoir, prior, offset = ck.position, ck.state, ck.reservoir, [ck.stats], ck.elapsed
         log.info("resuming from %s at partition step %d of %d", checkpoint, start, ck.n_steps)
     curve: list[dict] = []
@@ -117,7 +131,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         state = chain.run(state=state, start=start, reservoir=reservoir)
         w, b = state.averaged() if est.average else (state.w, state.b)
         if not setup.fit_intercept and est.fit_intercept:   # a ranking model's cut, as the estimator's
-            b = cut_intercept_dataset(c, ds, w, est.measure, k=setup.loss.params().get("k"))
+            b = cut_intercept_dataset(c, ds, w, est.measure, k=setup.loss.params().get("k"), dtype=dtype)
     stats = chain.epoch_stats()
     done = stats[~stats["skipped"]] if stats.size else stats
     seconds = offset + time.perf_counter() - t0

@@ -1,0 +1,245 @@
+"""``NonDecomposableClassifier`` (SPEC §6): scikit-learn contract, parameters, solvers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import estimator_checks_generator
+
+from nsdist import NonDecomposableClassifier
+from nsdist import metrics
+from nsdist.solvers.measure import make_loss
+from nsdist.solvers.sgd import one_pass_mb, two_pass_mb
+
+
+def make_data(n=800, d=6, pos=0.1, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    s = X @ rng.normal(size=d) + 0.5 * rng.normal(size=n)
+    y = (s >= np.quantile(s, 1 - pos)).astype(int)          # {0, 1}
+    return X.astype(dtype), y
+
+
+# Every applicable check passes, so no ``expected_failed_checks``.  One
+# configuration per solver and measure family, small budgets where a solver
+# iterates.  Prec@k predicts exactly its top ``K`` training rows as positive
+# (its cut), so it uses k = 0.5 here: check_classifiers_train wants accuracy
+# > 0.83 on two balanced blobs, which a top-20% cut cannot reach.
+# ``check_array_api_input`` is left out: the estimator is numpy-only and does
+# not claim array-API support (the check only skips itself without
+# SCIPY_ARRAY_API, and a skip would say nothing).
+_CHECKED = [
+    NonDecomposableClassifier(),
+    NonDecomposableClassifier("f1", solver="2pmb"),
+    NonDecomposableClassifier("prbep", solver="psg", max_iter=20),
+    NonDecomposableClassifier("auc", solver="cp"),
+    NonDecomposableClassifier("prec@k", k=0.5, solver="ftrl", max_iter=30),
+]
+
+
+def _check_name(check) -> str:
+    return getattr(check, "func", check).__name__
+
+
+@pytest.mark.parametrize(
+    "estimator, check",
+    [(est, check) for template in _CHECKED
+     for est, check in estimator_checks_generator(template, legacy=True)
+     if _check_name(check) != "check_array_api_input"],
+    ids=lambda v: _check_name(v) if callable(v) else repr(v),
+)
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+BAD = [
+    (dict(measure="accuracy"), "unknown measure"),
+    (dict(measure=None), "unknown measure"),
+    (dict(solver="sgd"), "unknown solver"),
+    (dict(surrogate="exponential"), "unknown surrogate"),
+    (dict(measure="f1", surrogate="logistic"), "pairwise measures"),
+    (dict(beta=0.0), "beta"),
+    (dict(beta=1.5), "beta"),
+    (dict(beta=-0.1), "beta"),
+    (dict(beta="0.1"), "beta"),
+    (dict(measure="prec@k"), "needs k"),
+    (dict(measure="prec@k", k=0), "k"),
+    (dict(measure="prec@k", k=10_000), "out of range"),
+    (dict(measure="prec@k", k=1.5), "k"),
+    (dict(measure="prec@k", k=-0.2), "k"),
+    (dict(buffer_size=1), "buffer_size"),
+    (dict(buffer_size=0), "buffer_size"),
+    (dict(buffer_size=2.5), "buffer_size"),
+    (dict(eta=-0.1), "eta"),
+    (dict(eta=0.0), "eta"),
+    (dict(eta=float("nan")), "eta"),
+    (dict(radius=0), "radius"),
+    (dict(radius=-1.0), "radius"),
+    (dict(alpha=0.0), "alpha"),
+    (dict(n_passes=0), "n_passes"),
+    (dict(max_iter=0), "max_iter"),
+    (dict(tol=0.0), "tol"),
+    (dict(random_state=-1), "random_state"),
+    (dict(random_state=np.random.RandomState(0)), "random_state"),
+    (dict(average="yes"), "average"),
+    (dict(shuffle=None), "shuffle"),
+    (dict(fit_intercept=1), "fit_intercept"),
+]
+
+
+@pytest.mark.parametrize("params, match", BAD)
+def test_every_bad_parameter_is_a_clear_value_error_at_fit(params, match):
+    X, y = make_data(n=100)
+    est = NonDecomposableClassifier(**params)                 # construction never validates
+    with pytest.raises(ValueError, match=match):
+        est.fit(X, y)
+
+
+def test_bad_data_is_a_value_error():
+    X, y = make_data(n=100)
+    with pytest.raises(ValueError, match="both classes"):
+        NonDecomposableClassifier().fit(X, np.ones(100))
+    with pytest.raises(ValueError, match="Only binary"):
+        NonDecomposableClassifier().fit(X, np.arange(100) % 3)
+    Xn = X.copy()
+    Xn[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        NonDecomposableClassifier().fit(Xn, y)
+    est = NonDecomposableClassifier().fit(X, y)
+    with pytest.raises(ValueError, match="not one of the classes"):
+        est.score(X, np.where(y == 1, 1, 7))
+    with pytest.raises(ValueError, match="features"):
+        est.decision_function(X[:, :3])
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb", "ftrl", "psg", "cp"])
+def test_same_seed_same_coef_bit_for_bit(solver):
+    X, y = make_data()
+    kw = dict(solver=solver, max_iter=20, random_state=5)
+    a = NonDecomposableClassifier(**kw).fit(X, y)
+    b = NonDecomposableClassifier(**kw).fit(X, y)
+    assert a.coef_.tobytes() == b.coef_.tobytes() and a.intercept_.tobytes() == b.intercept_.tobytes()
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+def test_fit_is_the_solver_on_pm1_labels(solver):
+    X, y = make_data()
+    est = NonDecomposableClassifier("f1", solver=solver, eta=0.5, buffer_size=100, n_passes=2).fit(X, y)
+    run = one_pass_mb if solver == "1pmb" else two_pass_mb
+    ref = run(X, np.where(y == 1, 1, -1), make_loss("f1"), buffer_size=100, eta=0.5, n_passes=2,
+              fit_intercept=True)
+    assert est.coef_[0].tobytes() == ref.coef.tobytes() and est.intercept_[0] == ref.intercept
+    assert est.n_iter_ == 2 and len(est.history_) == ref.state.epoch
+
+
+@pytest.mark.parametrize("measure", ["pauc", "f1"])
+def test_partial_fit_equals_fit_on_the_concatenated_blocks(measure):
+    X, y = make_data(n=1200)
+    kw = dict(measure=measure, buffer_size=100, shuffle=False, n_passes=1, eta=0.3)
+    full = NonDecomposableClassifier(**kw).fit(X, y)
+    part = NonDecomposableClassifier(**kw)
+    for lo, hi in [(0, 300), (300, 800), (800, 1200)]:           # multiples of buffer_size
+        part.partial_fit(X[lo:hi], y[lo:hi])
+    assert part.coef_.tobytes() == full.coef_.tobytes()
+    if measure == "f1":                                         # a learned intercept
+        assert part.intercept_.tobytes() == full.intercept_.tobytes()
+    assert [r.step for r in part.history_] == [r.step for r in full.history_]
+    assert part.n_iter_ == 3
+
+
+def test_partial_fit_continues_fit_and_needs_classes_for_a_one_class_block():
+    X, y = make_data()
+    est = NonDecomposableClassifier(buffer_size=100).fit(X, y)
+    epochs = est._state.epoch
+    est.partial_fit(X[:200], y[:200])
+    assert est._state.epoch == epochs + 2
+    neg = y == 0
+    with pytest.raises(ValueError, match="one class"):
+        NonDecomposableClassifier().partial_fit(X[neg][:50], y[neg][:50])
+    est = NonDecomposableClassifier(solver="2pmb", buffer_size=20)
+    est.partial_fit(X[neg][:50], y[neg][:50], classes=[0, 1])      # the positives are rare: +1
+    est.partial_fit(X, y)
+    assert est._reservoir.label == 1 and est._reservoir.X.shape[0] == 20
+
+
+def test_partial_fit_plays_one_ftrl_round_per_call():
+    X, y = make_data(n=400)
+    est = NonDecomposableClassifier(solver="ftrl", buffer_size=100, shuffle=False, max_iter=30)
+    full = clone(est).fit(X, y)
+    for lo in range(0, 400, 100):
+        est.partial_fit(X[lo:lo + 100], y[lo:lo + 100])
+    assert est.n_iter_ == full.n_iter_ == 4
+    assert est.coef_.tobytes() == full.coef_.tobytes()
+    assert len(est._ftrl.penalties) == 4
+
+
+@pytest.mark.parametrize("solver", ["psg", "cp"])
+def test_batch_solvers_have_no_partial_fit(solver):
+    est = NonDecomposableClassifier(solver=solver)
+    assert not hasattr(est, "partial_fit")
+    with pytest.raises(AttributeError, match="partial_fit") as err:
+        est.partial_fit(*make_data(n=50))
+    assert "batch method: use fit" in str(err.value.__cause__)       # shown in the traceback
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float32_input_works(dtype):
+    X, y = make_data(dtype=dtype)
+    est = NonDecomposableClassifier("f1").fit(X, y)
+    s = est.decision_function(X)
+    assert s.dtype == np.float64 and np.all(np.isfinite(s))
+    ref = NonDecomposableClassifier("f1").fit(X.astype(np.float64), y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("labels", [(0, 1), (-1, 1), (False, True), ("ham", "spam")])
+def test_labels_keep_their_encoding(labels):
+    X, y01 = make_data()
+    y = np.asarray(labels)[y01]
+    est = NonDecomposableClassifier("prbep").fit(X, y)
+    assert list(est.classes_) == list(np.unique(y))
+    assert set(np.unique(est.predict(X))) <= set(est.classes_)
+    assert est.score(X, y) == metrics.prbep(y01, est.decision_function(X))
+
+
+@pytest.mark.parametrize("measure, metric", [
+    ("pauc", lambda y, s: metrics.partial_auc(y, s, 0.2)),
+    ("auc", metrics.auc),
+    ("prec@k", lambda y, s: metrics.precision_at_k(y, s, 0.05)),
+    ("prbep", metrics.prbep),
+    ("f1", metrics.f1_score),
+])
+def test_score_is_the_measure(measure, metric):
+    X, y = make_data()
+    est = NonDecomposableClassifier(measure, beta=0.2, k=0.05).fit(X, y)
+    assert est.score(X, y) == metric(y, est.decision_function(X))
+    assert est.score(X, y) > 0.6
+
+
+def test_ranking_models_predict_at_their_cut_and_int_k_trains_on_a_fraction():
+    X, y = make_data()
+    est = NonDecomposableClassifier("prbep").fit(X, y)
+    assert np.count_nonzero(est.predict(X)) == np.count_nonzero(y)
+    est = NonDecomposableClassifier("prec@k", k=40).fit(X, y)
+    assert np.count_nonzero(est.predict(X)) == 40
+    assert est._setup.loss.k == 40 / 800
+    est = NonDecomposableClassifier("pauc", fit_intercept=False).fit(X, y)
+    assert est.intercept_[0] == 0.0
+
+
+def test_validation_data_is_recorded_in_the_history():
+    X, y = make_data(n=1000)
+    est = NonDecomposableClassifier(buffer_size=100, n_passes=2).fit(X[:800], y[:800], X_val=X[800:],
+                                                                     y_val=y[800:])
+    measures = [r.measure for r in est.history_]
+    assert len(measures) == 16 and all(0 <= m <= 1 for m in measures)
+    assert np.isclose(measures[-1], est.score(X[800:], y[800:]))
+    with pytest.raises(ValueError, match="both"):
+        NonDecomposableClassifier().fit(X, y, X_val=X)
+
+
+def test_sgd_setup_resolves_the_defaults_for_the_engine():
+    setup = NonDecomposableClassifier("f1")._sgd_setup(20)
+    assert setup.fit_intercept and setup.radius is None and setup.eta > 0
+    assert not NonDecomposableClassifier("prec@k", k=0.1)._sgd_setup(20).fit_intercept
+    assert NonDecomposableClassifier(eta=0.3)._sgd_setup(20).eta == 0.3
