@@ -114,8 +114,8 @@ def dask_ml_baseline(client: Client, root: Path, test: tuple[np.ndarray, np.ndar
     from sklearn.linear_model import SGDClassifier
 
     df = dd.read_parquet(str(root / "part-*.parquet"))
-    X = df[[f"f{j}" for j in range(D)]].to_dask_array(lengths=True)
-    y = df["label"].to_dask_array(lengths=True)
+    arr = df[[f"f{j}" for j in range(D)] + ["label"]].to_dask_array(lengths=True)   # one blocking for X and y
+    X, y = arr[:, :D], arr[:, D].astype("int8")
     t0 = time.perf_counter()
     inc = Incremental(SGDClassifier(loss="hinge", random_state=0), scoring=None)
     inc.fit(X, y, classes=[-1, 1])

@@ -1,0 +1,60 @@
+"""The driver's progress bar while a model trains (one tick per partition step)."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import TextIO
+
+from tqdm import tqdm
+
+from .engine.chain import ChainProgress
+
+__all__ = ["TrainingBar"]
+
+
+class TrainingBar:
+    """A tqdm bar fed by :class:`~nsdist.engine.chain.ChainProgress` reports.
+
+    It shows the pass, the partition, rows per second and the current
+    surrogate loss (the mean over the partition's epochs).  Use it as the
+    ``on_step`` callback of :func:`nsdist.train`, inside a ``with`` block.
+
+    Parameters
+    ----------
+    n_passes : int
+        Passes over the data (for the ``pass p/P`` field).
+    file : file object, optional
+        Where to draw (default ``sys.stderr``).
+    enabled : bool, optional
+        ``None`` (default): draw only when ``file`` is a terminal.
+    """
+
+    def __init__(self, n_passes: int, *, file: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.n_passes = n_passes
+        self.file = file or sys.stderr
+        self.enabled = self.file.isatty() if enabled is None else enabled
+        self._bar: tqdm | None = None
+        self._origin = (0, 0.0)
+
+    def __call__(self, p: ChainProgress) -> None:
+        if self._bar is None:
+            # the first report of a resumed chain carries the rows of the earlier run
+            self._origin = (0, 0.0) if p.step == 1 else (p.rows_seen, p.elapsed)
+            self._bar = tqdm(total=p.n_steps, initial=p.step - 1, unit="partition", desc="training",
+                             file=self.file, disable=not self.enabled, dynamic_ncols=True)
+        rows, seconds = p.rows_seen - self._origin[0], p.elapsed - self._origin[1]
+        rate = f"{rows / seconds:,.0f}" if seconds > 0 else "-"
+        loss = "-" if math.isnan(p.loss) else f"{p.loss:.4g}"
+        self._bar.set_postfix_str(f"pass {p.pass_index + 1}/{self.n_passes}, partition {p.partition}, "
+                                  f"{rate} rows/s, loss {loss}", refresh=False)
+        self._bar.update(p.step - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> "TrainingBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

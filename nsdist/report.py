@@ -1,0 +1,195 @@
+"""What a run leaves in its output directory, and how measures are shown.
+
+A training run directory holds::
+
+    model/              the model (see :mod:`nsdist.model`)
+    job.yaml            the resolved job (defaults and --set applied); rerun or
+                        resume with ``nsdist train <dir>/job.yaml [--resume]``
+    metrics.json        every measure on the evaluation data, training time,
+                        rows/s, dataset and model information
+    learning_curve.png  the evaluation measure of the averaged model after each
+                        partition against training time, and the surrogate loss
+    run.log             what happened: cluster, dataset, passes, skipped epochs,
+                        checkpoints, timings
+    checkpoint.json     the driver checkpoint (``--resume``)
+
+Every file is written atomically (temporary file + rename).
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+from typing import Any
+
+import fsspec
+import numpy as np
+import yaml
+
+from . import __version__, metrics
+from .model import atomic_write_bytes
+
+__all__ = ["RunDir", "RunLog", "MEASURE_KEYS", "measure_label", "measures_table", "measures_of", "curve_png",
+           "to_json"]
+
+#: the key of each measure in :func:`nsdist.evaluate`'s result
+MEASURE_KEYS = {"pauc": "partial_auc", "auc": "auc", "prec@k": "precision_at_k", "prbep": "prbep",
+                "f1": "f1_score"}
+_COLUMNS = tuple(MEASURE_KEYS.values())
+
+
+def measure_label(key: str, *, beta: float | None = None, k: int | float | None = None) -> str:
+    """A short title for a result key (``partial_auc`` with ``beta=0.1`` -> ``pAUC(0,0.1)``)."""
+    return {"partial_auc": f"pAUC(0,{beta:g})" if beta is not None else "pAUC",
+            "auc": "AUC", "precision_at_k": f"Prec@{k:g}" if k is not None else "Prec@k",
+            "prbep": "PRBEP", "f1_score": "F1"}[key]
+
+
+def measures_table(results: dict[str, dict], extra: dict[str, dict[str, str]] | None = None) -> str:
+    """A plain-text table: one row per named result of :func:`nsdist.evaluate`.
+
+    ``extra`` adds columns (e.g. training time) as already formatted strings.
+    """
+    extra = extra or {}
+    first = next(iter(results.values()))
+    titles = [measure_label(key, beta=first.get("beta"), k=first.get("k")) for key in _COLUMNS]
+    extra_titles = list(dict.fromkeys(title for row in extra.values() for title in row))
+    width = max(len(name) for name in results) + 2
+    header = "".ljust(width) + "".join(f"{t:>14}" for t in titles + extra_titles)
+    lines = [header, "-" * len(header)]
+    for name, res in results.items():
+        cells = [f"{res[key]:14.4f}" for key in _COLUMNS]
+        cells += [f"{extra.get(name, {}).get(t, ''):>14}" for t in extra_titles]
+        lines.append(name.ljust(width) + "".join(cells))
+    return "\n".join(lines)
+
+
+def measures_of(y, s, *, beta: float, k: int | float, threshold: float = 0.0) -> dict:
+    """Every measure of scores ``s`` on labels ``y`` in memory, keyed as :func:`nsdist.evaluate` keys them."""
+    return {"auc": metrics.auc(y, s), "partial_auc": metrics.partial_auc(y, s, beta),
+            "precision_at_k": metrics.precision_at_k(y, s, k), "prbep": metrics.prbep(y, s),
+            "f1_score": metrics.f1_score(y, s, threshold), "n_rows": int(len(y)),
+            "n_positives": int(np.sum(np.asarray(y) > 0)), "beta": beta, "k": k}
+
+
+def to_json(obj: Any) -> bytes:
+    """Strict JSON (non-finite floats as ``null``), indented."""
+    return json.dumps(_finite(obj), indent=2, allow_nan=False).encode()
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _finite(obj.item())
+    return obj
+
+
+def curve_png(history: dict, *, measure: str, title: str) -> bytes:
+    """The learning curve of a streamed training run as PNG bytes.
+
+    Top panel: the evaluation measure of the averaged model after each
+    partition against training time (as in the figures of Kar et al. 2014);
+    bottom panel: the mean surrogate loss of the partition's epochs.  Dotted
+    lines mark the start of each pass.  The plotted points are stored in the
+    PNG's ``nsdist-curve`` text chunk as JSON (``time``, ``measure``, ``loss``).
+
+    Parameters
+    ----------
+    history : dict
+        ``LinearModel.history`` with a ``curve`` list.
+    measure : str
+        Axis label of the measure (``"pAUC(0,0.1) on the test data"`` ...).
+    title : str
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global backend state
+
+    curve = history["curve"]
+    data = {"time": [p["time"] for p in curve],
+            "measure": [p.get("measure") for p in curve],
+            "loss": [p["loss"] for p in curve]}
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    if any(v is not None for v in data["measure"]):
+        top.plot(data["time"], [math.nan if v is None else v for v in data["measure"]], marker=".", color="C0")
+    else:
+        top.text(0.5, 0.5, "no evaluation data", ha="center", va="center", transform=top.transAxes)
+    top.set_ylabel(measure)
+    top.set_title(title)
+    bottom.plot(data["time"], data["loss"], marker=".", color="C1")
+    bottom.set_ylabel("surrogate loss")
+    bottom.set_xlabel("training time (s)")
+    pass_starts = [p["time"] for prev, p in zip(curve, curve[1:]) if p["pass"] != prev["pass"]]
+    for axis in (top, bottom):
+        axis.grid(alpha=0.3)
+        for start in pass_starts:
+            axis.axvline(start, color="0.6", linestyle=":", linewidth=1)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100,
+                metadata={"Title": title, "Software": f"nsdist {__version__}",
+                          "nsdist-curve": json.dumps(_finite(data))})
+    return buf.getvalue()
+
+
+class RunLog(logging.Handler):
+    """Collects log records of a run and saves them, whole, to ``run.log`` (atomically).
+
+    With ``append`` (a resumed run), the lines already in the file are kept
+    above the new ones.
+    """
+
+    def __init__(self, url: str, *, append: bool = False) -> None:
+        super().__init__(logging.INFO)
+        self.url = url
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        self.lines: list[str] = []
+        if append:
+            try:
+                with fsspec.open(url, "rt", encoding="utf-8") as fh:
+                    self.lines = fh.read().splitlines()
+            except FileNotFoundError:
+                pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+    def save(self) -> None:
+        atomic_write_bytes(self.url, ("\n".join(self.lines) + "\n").encode())
+
+
+class RunDir:
+    """The files of one run directory (a local path or an fsspec URL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def path(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    @property
+    def model(self) -> str:
+        return self.path("model")
+
+    @property
+    def checkpoint(self) -> str:
+        return self.path("checkpoint.json")
+
+    def write_json(self, name: str, obj: Any) -> str:
+        atomic_write_bytes(self.path(name), to_json(obj))
+        return self.path(name)
+
+    def write_yaml(self, name: str, obj: Any) -> str:
+        atomic_write_bytes(self.path(name), yaml.safe_dump(obj, sort_keys=False).encode())
+        return self.path(name)
+
+    def write_bytes(self, name: str, data: bytes) -> str:
+        atomic_write_bytes(self.path(name), data)
+        return self.path(name)
+
+    def log(self, *, append: bool = False) -> RunLog:
+        return RunLog(self.path("run.log"), append=append)

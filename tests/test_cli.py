@@ -1,0 +1,294 @@
+"""The ``nsdist`` command line end to end, in subprocesses, on the bundled Letter data.
+
+One small ``LocalCluster`` (started here) serves the module's commands through
+``DASK_SCHEDULER_ADDRESS``; the demo runs on its own embedded cluster, as
+``make demo`` does.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from distributed import LocalCluster
+from PIL import Image
+
+from nsdist import metrics
+from nsdist.cli import _holdout, build_parser, load_rows
+from nsdist.data import Dataset
+from nsdist.engine.chain import ChainProgress
+from nsdist.model import load_model
+from nsdist.progress import TrainingBar
+from nsdist.report import measures_of
+
+REPO = Path(__file__).resolve().parents[1]
+LETTER = REPO / "data" / "letter" / "letter-recognition.data"
+MEASURES = ("auc", "partial_auc", "precision_at_k", "prbep", "f1_score")
+
+
+def nsdist(*args, env: dict | None = None, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m nsdist ARGS`` (stderr is not a terminal: no progress bar)."""
+    return subprocess.run([sys.executable, "-m", "nsdist", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def env(scheduler):
+    return {"DASK_SCHEDULER_ADDRESS": scheduler}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, env):
+    """ingest -> train -> evaluate -> predict, as a user would type them."""
+    tmp = tmp_path_factory.mktemp("cli")
+    data, out = tmp / "data", tmp / "run"
+    steps = {"ingest": nsdist("ingest", LETTER, data, "--format", "csv", "--label-column", 0, "--positive", "N",
+                              "--rows-per-partition", 1000, env=env)}
+    steps["train"] = nsdist("train", data, "--measure", "pauc", "--beta", 0.1, "--solver", "2pmb",
+                            "--n-passes", 2, "--holdout", 0.3, "--checkpoint-every", 5, "--out", out, env=env)
+    steps["evaluate"] = nsdist("evaluate", out, data, "--out", tmp / "eval.json", env=env)
+    X, y = load_rows(Dataset.open(data), 700)
+    frame = pd.DataFrame(X, columns=[f"col{j}" for j in range(1, 17)])
+    frame.insert(0, "id", np.arange(len(y)))
+    frame["label"] = y
+    frame.to_csv(tmp / "rows.csv", index=False)
+    steps["predict"] = nsdist("predict", out, tmp / "rows.csv", tmp / "scores.parquet", "--keep", "id", env=env)
+    return {"tmp": tmp, "data": data, "out": out, "frame": frame, **steps}
+
+
+def test_end_to_end_exit_codes_and_files(run):
+    for step in ("ingest", "train", "evaluate", "predict"):
+        ok(run[step])
+    assert "20000 rows (783 positive), 16 features, 20 partitions" in run["ingest"].stdout
+    assert "Dask scheduler tcp://" in run["train"].stdout and "dashboard" in run["train"].stdout
+    names = {p.name for p in run["out"].iterdir()}
+    assert {"model", "job.yaml", "metrics.json", "learning_curve.png", "run.log", "checkpoint.json"} <= names
+    assert not [n for n in names if ".tmp-" in n]
+    assert "pAUC(0,0.1)" in run["train"].stdout and "run directory" in run["train"].stdout
+
+
+def test_metrics_json_equals_the_in_memory_measures(run):
+    m = json.loads((run["out"] / "metrics.json").read_text())
+    assert m["measure"]["name"] == "pauc" and m["measure"]["value"] == m["evaluation"]["partial_auc"]
+    assert m["evaluation"]["data"] == "holdout" and m["evaluation"]["n_rows"] == 6000
+    assert m["dataset"]["rows"] == 14000 and m["dataset"]["partitions"] == 14 and m["dataset"]["features"] == 16
+    assert m["training"]["rows_seen"] > 0 and m["training"]["rows_per_second"] > 0 and m["training"]["passes"] == 2
+    assert m["model"]["params"]["solver"] == "2pmb"
+    model = load_model(str(run["out"] / "model"))
+    _, test = _holdout(Dataset.open(str(run["data"])), 0.3)
+    X, y = load_rows(test)
+    expected = measures_of(y, model.decision_function(X), beta=0.1, k=m["evaluation"]["k"])
+    assert {k: m["evaluation"][k] for k in MEASURES} == {k: expected[k] for k in MEASURES}
+
+
+def test_evaluate_prints_and_writes_every_measure(run):
+    result = json.loads((run["tmp"] / "eval.json").read_text())
+    X, y = load_rows(Dataset.open(str(run["data"])))
+    model = load_model(str(run["out"] / "model"))
+    assert result["n_rows"] == 20000 and result["n_positives"] == 783
+    assert result["partial_auc"] == metrics.partial_auc(y, model.decision_function(X), 0.1)
+    for title in ("pAUC(0,0.1)", "AUC", "PRBEP", "F1"):
+        assert title in run["evaluate"].stdout
+
+
+def test_predict_writes_scores_labels_and_kept_columns(run):
+    scores = pd.read_parquet(run["tmp"] / "scores.parquet")
+    frame = run["frame"]
+    model = load_model(str(run["out"] / "model"))
+    assert list(scores.columns) == ["id", "label", "score", "prediction"]
+    np.testing.assert_array_equal(scores["id"], frame["id"])
+    np.testing.assert_array_equal(scores["label"], frame["label"])
+    np.testing.assert_allclose(scores["score"], model.decision_function(frame[model.feature_names].to_numpy()),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(scores["prediction"], np.where(scores["score"] > 0, 1, -1))
+
+
+def test_predict_reads_a_parquet_dataset(run, env):
+    out = run["tmp"] / "all.parquet"
+    ok(nsdist("predict", run["out"], run["data"], out, env=env))
+    scores = pd.read_parquet(out)
+    X, y = load_rows(Dataset.open(str(run["data"])))
+    assert list(scores.columns) == ["label", "score", "prediction"] and len(scores) == 20000
+    np.testing.assert_array_equal(scores["label"], y)
+    np.testing.assert_allclose(scores["score"], load_model(str(run["out"] / "model")).decision_function(X),
+                               rtol=1e-12)
+
+
+def test_predict_to_csv(run, env):
+    out = run["tmp"] / "scores.csv"
+    ok(nsdist("predict", run["out"] / "model", run["tmp"] / "rows.csv", out, "--keep", "id", env=env))
+    assert list(pd.read_csv(out).columns) == ["id", "label", "score", "prediction"]
+
+
+def test_predict_refuses_a_schema_mismatch_naming_the_difference(run, env):
+    bad = run["frame"].drop(columns="id").rename(columns={"col3": "colour"})
+    bad.to_csv(run["tmp"] / "bad.csv", index=False)
+    line = one_line_error(nsdist("predict", run["out"], run["tmp"] / "bad.csv", run["tmp"] / "bad.parquet",
+                                 env=env))
+    assert "missing 'col3'" in line and "unexpected 'colour'" in line
+    assert not (run["tmp"] / "bad.parquet").exists()
+    line = one_line_error(nsdist("predict", run["out"], run["tmp"] / "rows.csv", run["tmp"] / "bad.parquet",
+                                 env=env))
+    assert "unexpected 'id'" in line and "--keep" in line
+
+
+def test_model_round_trip(run, tmp_path):
+    model = load_model(str(run["out"] / "model"))
+    meta = json.loads((run["out"] / "model" / "model.json").read_text())
+    assert meta["measure"] == "pauc" and meta["feature_names"] == [f"col{j}" for j in range(1, 17)]
+    weights = np.load(run["out"] / "model" / meta["weights"]["file"], allow_pickle=False)
+    np.testing.assert_array_equal(weights, np.append(model.coef, model.intercept))
+    again = load_model(model.save(str(tmp_path / "copy")))
+    np.testing.assert_array_equal(again.coef, model.coef)
+    assert again.intercept == model.intercept and again.params == model.params
+    assert again.history == model.history and again.dataset_fingerprint == model.dataset_fingerprint
+
+
+def test_learning_curve_png_holds_the_history(run):
+    png = run["out"] / "learning_curve.png"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    image = Image.open(png)
+    assert image.size[0] > 300 and image.size[1] > 300
+    plotted = json.loads(image.text["nsdist-curve"])
+    curve = load_model(str(run["out"] / "model")).history["curve"]
+    assert len(curve) == 2 * 14                      # one point per partition and pass
+    assert plotted["time"] == [p["time"] for p in curve]
+    assert plotted["measure"] == [p["measure"] for p in curve]
+    assert plotted["loss"] == [None if np.isnan(p["loss"]) else p["loss"] for p in curve]
+    assert all(0 <= v <= 1 for v in plotted["measure"])
+
+
+def test_run_log_tells_what_happened(run):
+    log = (run["out"] / "run.log").read_text()
+    for needle in ("cluster: Dask scheduler", "training data:", "14 partitions", "holdout data:",
+                   "2PMB reservoir", "pass 1/2 done", "pass 2/2 done", "checkpoints:", "trained in",
+                   "skipped", "model saved", "metrics on the holdout data", "learning curve:"):
+        assert needle in log, needle
+
+
+def test_resume_continues_from_the_checkpoint(run, env):
+    checkpoint = json.loads((run["out"] / "checkpoint.json").read_text())
+    assert checkpoint["position"] == checkpoint["n_steps"] == 28
+    before = json.loads((run["out"] / "model" / "model.json").read_text())["weights"]
+    ok(nsdist("train", run["out"] / "job.yaml", "--resume", env=env))
+    assert json.loads((run["out"] / "model" / "model.json").read_text())["weights"] == before
+    assert "resuming a training job" in (run["out"] / "run.log").read_text()
+    assert "pass 1/2 done" in (run["out"] / "run.log").read_text()       # the earlier run's lines are kept
+
+
+def test_job_file_errors_one_line_each(tmp_path, run):
+    job = tmp_path / "bad.yaml"
+    job.write_text(f"dataset: {{url: {run['data']}}}\nsolver: {{etta: 2, n_passes: many}}\n")
+    proc = nsdist("train", job)
+    assert proc.returncode == 2
+    assert sorted(proc.stderr.splitlines()) == [
+        f"nsdist train: {job}: solver.etta: unknown key; did you mean 'eta'? (valid keys: name, surrogate, eta, "
+        "buffer_size, n_passes, radius, average, shuffle, random_state, fit_intercept, alpha, max_iter, tol)",
+        f"nsdist train: {job}: solver.n_passes: expected an integer, got 'many'"]
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (["train", "{data}", "--set", "solver.eta=fast"], 2, "command line: solver.eta: expected a number, got 'fast'"),
+    (["train", "{data}", "--set", "solver.eta"], 2, "expected KEY.PATH=VALUE"),
+    (["train", "{data}", "--beta", "2"], 2, "measure.beta: expected a value <= 1.0, got '2'"),
+    (["train", "{data}", "--n-passes", "two"], 2, "solver.n_passes: expected an integer, got 'two'"),
+    (["train", "{data}", "--solver", "sgd"], 2, "did you mean"),
+    (["train", "{tmp}/nowhere", "--out", "{tmp}/x"], 1, "no such file or directory"),
+    (["train", "{tmp}/nowhere.yaml"], 1, "no such file or directory"),
+    (["evaluate", "{out}", "{tmp}/nowhere"], 1, "no such file or directory"),
+    (["evaluate", "{tmp}", "{data}"], 1, "not an nsdist model directory"),
+    (["predict", "{out}", "{tmp}/nowhere.csv", "{tmp}/o.csv"], 1, "no such file or directory"),
+    (["ingest", "{tmp}/nowhere.csv", "{tmp}/d"], 1, "no such file"),
+    (["ingest", str(LETTER), "{tmp}/d", "--format", "csv", "--label-column", "99"], 1, "out of range"),
+    (["bench", "nope"], 1, "no bench script 'nope'"),
+    (["retrain", "job.yaml"], 1, "retrain"),
+    (["frobnicate"], 2, "invalid choice"),
+])
+def test_errors_are_one_line(run, env, args, code, needle):
+    filled = [a.format(data=run["data"], out=run["out"], tmp=run["tmp"]) for a in args]
+    assert needle in one_line_error(nsdist(*filled, env=env), code)
+
+
+def test_debug_shows_the_traceback(run, env):
+    proc = nsdist("--debug", "evaluate", run["out"], run["tmp"] / "nowhere", env=env)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+
+
+def test_progress_bar_shows_pass_partition_rate_and_loss_only_on_a_terminal():
+    reports = [ChainProgress(step=i, n_steps=4, pass_index=(i - 1) // 2, partition=i % 2, rows_seen=500 * i,
+                             loss=0.25, elapsed=0.5 * i, state=None) for i in range(1, 5)]
+    drawn, quiet = io.StringIO(), io.StringIO()
+    for stream, enabled in ((drawn, True), (quiet, None)):       # a StringIO is not a terminal
+        with TrainingBar(2, file=stream, enabled=enabled) as bar:
+            for report in reports:
+                bar(report)
+    assert "4/4" in drawn.getvalue() and "pass 2/2, partition 0, 1,000 rows/s, loss 0.25" in drawn.getvalue()
+    assert quiet.getvalue() == ""
+
+
+def test_every_subcommand_help_explains_every_option_with_an_example():
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) == {"ingest", "train", "evaluate", "predict", "retrain", "bench"}
+    for name, command in sub.choices.items():
+        text = command.format_help()
+        assert "examples:\n  nsdist " + name in text, name
+        for action in command._actions:
+            assert action.help, (name, action.dest)
+            for option in action.option_strings:
+                assert option in text, (name, option)
+            if not action.option_strings:
+                assert (action.metavar or action.dest) in text, (name, action.dest)
+
+
+def test_console_script_and_module_entry_points():
+    script = Path(sys.executable).with_name("nsdist")
+    proc = ok(subprocess.run([str(script), "train", "--help"], capture_output=True, text=True, timeout=60))
+    assert "--checkpoint-every" in proc.stdout and "--resume" in proc.stdout and "--scheduler" in proc.stdout
+    assert "nsdist 0." in ok(nsdist("--version")).stdout
+    assert "losses" in ok(nsdist("bench")).stdout
+
+
+def test_demo_runs_and_writes_its_files(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "pipelines.demo", "--out", str(out), "--set", "solver.n_passes=1",
+                           "--set", "cluster.n_workers=1"], cwd=REPO, capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "embedded LocalCluster" in proc.stdout and "dashboard: http" in proc.stdout
+    for row in ("nsdist 2PMB", "LogisticRegression ", "LogisticRegression balanced", "pAUC(0,0.1)"):
+        assert row in proc.stdout
+    for name in ("model/model.json", "metrics.json", "learning_curve.png", "run.log", "comparison.json",
+                 "data/letter/_nsdist.json"):
+        assert (out / name).is_file(), name
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["test_rows"] == 6000 and len(comparison["models"]) == 3
+    assert all(0 <= r["partial_auc"] <= 1 for r in comparison["models"].values())
