@@ -143,7 +143,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         "curve": curve,
     }
     return LinearModel(coef=w, intercept=b, measure=est.measure,
-                       params=est._model_params(), feature_names=list(ds.feature_names),
+                       params={**est._model_params(), "eta": setup.eta, "dtype": dtype}, feature_names=list(ds.feature_names),
                        dataset_fingerprint=ds.fingerprint, history=history)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import dataclasses
 import io
 import json
 import logging
@@ -436,25 +435,8 @@ def _holdout(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
         raise ValueError(f"dataset.holdout={fraction} needs more partitions than {ds.url} has ({n}); "
                          "ingest it with a smaller rows_per_partition, or give dataset.test_url")
     held = {int(i) for i in (np.arange(m) + 0.5) * n // m}
-    return (_subset(ds, [p for p in ds.partitions if p.index not in held], "train"),
-            _subset(ds, [p for p in ds.partitions if p.index in held], "holdout"))
-
-
-def _subset(ds: Dataset, partitions: list, name: str) -> Dataset:
-    """``ds`` restricted to some of its partitions (re-indexed, with its own fingerprint).
-
-    Workaround: the data layer has no subset operation yet.
-    """
-    from .data import metadata as meta
-
-    parts, offset = [], 0
-    for j, p in enumerate(partitions):
-        parts.append(dataclasses.replace(p, index=j, row_offset=offset))
-        offset += p.num_rows
-    fingerprint = meta.sha256_json({"schema": ds.schema.describe(), "partitions": [p.fingerprint for p in parts]})
-    return dataclasses.replace(ds, url=f"{ds.url}#{name}", partitions=tuple(parts), fingerprint=fingerprint,
-                               metadata={**ds.metadata, "num_rows": offset, "num_partitions": len(parts),
-                                         "fingerprint": fingerprint})
+    return (ds.select([i for i in range(n) if i not in held], "train"),
+            ds.select(sorted(held), "holdout"))
 
 
 def _exists(url: str, storage_options: dict) -> bool:

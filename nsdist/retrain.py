@@ -72,6 +72,8 @@ class RetrainSpec(BaseModel):
                                     "(hive key date_key=YYYY-MM-DD)")
     date_key: str = Field("date", description="hive key holding a partition's date, for window_days")
     tolerance: float = Field(0.005, ge=0, description="promote unless the candidate is worse by more than this")
+    warm_start: bool = Field(True, description="start the candidate from the current model's weights "
+                             "(1pmb/2pmb; other solvers train from zero)")
     initial_model: str | None = Field(None, description="model adopted as v0001 when the registry is empty "
                                       "(it counts as trained on every partition present)")
     lock_stale_hours: float | None = Field(24.0, gt=0, description="a lock older than this is stale")
@@ -338,6 +340,7 @@ def _compete(rjob: RetrainJob, registry: Registry, ds, names: list[str], p: Plan
     """
     from . import api
     from .engine.cluster import connect
+    from .estimator import NonDecomposableClassifier
 
     job, tolerance = rjob.job, rjob.retrain.tolerance
     train_ds, holdout_ds = _select(ds, names, p.train, "train"), _select(ds, names, p.holdout, "holdout")
@@ -347,13 +350,20 @@ def _compete(rjob: RetrainJob, registry: Registry, ds, names: list[str], p: Plan
                  memory_limit=cluster.memory_limit) as c:
         log.info("training the candidate on %d partitions (%d rows): %s", len(p.train), train_ds.num_rows,
                  ", ".join(p.train))
-        model = api.train(train_ds, client=c, prefetch=cluster.prefetch, **job.estimator_params())
+        params = job.estimator_params()
+        incumbent = registry.load_model(incumbent_version) if incumbent_version is not None else None
+        warm = (rjob.retrain.warm_start and incumbent is not None
+                and params.get("solver", NonDecomposableClassifier().solver) in ("1pmb", "2pmb"))
+        if warm:
+            log.info("warm start from %s", incumbent_version)
+        model = api.train(train_ds, client=c, prefetch=cluster.prefetch, init_model=incumbent if warm else None,
+                          **params)
         log.info("scoring on %d held-out partitions (%d rows): %s", len(p.holdout), holdout_ds.num_rows,
                  ", ".join(p.holdout))
         scores = {"candidate": api.evaluate(model, holdout_ds, client=c, threshold=job.measure.threshold)}
-        if incumbent_version is not None:
-            incumbent = _scored_as(registry.load_model(incumbent_version), model)
-            scores["incumbent"] = api.evaluate(incumbent, holdout_ds, client=c, threshold=job.measure.threshold)
+        if incumbent is not None:
+            scores["incumbent"] = api.evaluate(_scored_as(incumbent, model), holdout_ds, client=c,
+                                               threshold=job.measure.threshold)
     key = MEASURE_KEYS[model.measure]
     cand = scores["candidate"][key]
     if incumbent_version is None:
@@ -377,10 +387,8 @@ def _scored_as(model: LinearModel, reference: LinearModel) -> LinearModel:
 
 def _select(ds, names: list[str], paths: list[str], label: str):
     """``ds`` restricted to the partitions at ``paths`` (``names``: the relative path of each partition)."""
-    from .cli import _subset  # the data layer has no subset operation yet
-
     keep = set(paths)
-    return _subset(ds, [part for part, name in zip(ds.partitions, names) if name in keep], label)
+    return ds.select([part.index for part, name in zip(ds.partitions, names) if name in keep], label)
 
 
 def _now() -> str:

@@ -14,6 +14,7 @@ it is cheap to send to Dask workers, which call :meth:`Dataset.read_partition`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import warnings
@@ -175,6 +176,28 @@ class Dataset:
     def partition_name(self, i: int) -> str:
         """How partition ``i`` is named in messages: ``"<file> (partition i)"``."""
         return f"{display(self.fs, self.partitions[i].path)} (partition {i})"
+
+    def select(self, indices: Sequence[int], name: str) -> Dataset:
+        """The dataset restricted to the partitions ``indices`` (in that order).
+
+        Partitions are re-indexed and their row offsets recomputed; the
+        fingerprint is that of the selection, and ``url`` gets ``#name`` so
+        messages tell the selection from the whole (a train/holdout split, the
+        new partitions of a retraining run).
+        """
+        parts, offset = [], 0
+        for j, i in enumerate(indices):
+            p = self.partitions[i]
+            parts.append(dataclasses.replace(p, index=j, row_offset=offset))
+            offset += p.num_rows
+        if not parts:
+            raise ValueError(f"{self.url}: selecting no partitions for {name!r}")
+        fingerprint = meta.sha256_json({"schema": self.schema.describe(),
+                                        "partitions": [p.fingerprint for p in parts]})
+        return dataclasses.replace(self, url=f"{self.url}#{name}", partitions=tuple(parts),
+                                   fingerprint=fingerprint,
+                                   metadata={**self.metadata, "num_rows": offset, "num_partitions": len(parts),
+                                             "fingerprint": fingerprint})
 
     def read_partition(self, i: int, *, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
         """Read partition ``i`` as ``(X, y)``.

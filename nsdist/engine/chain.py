@@ -17,6 +17,7 @@ inputs (orders come from :mod:`nsdist.solvers.order`).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -141,11 +142,10 @@ class PartitionChain:
     reservoir: Reservoir | None = None
 
     def schedule(self) -> list[Step]:
-        """Passes over the non-empty partitions, each pass in its seeded block order."""
+        """Passes over the partitions (empty files are dropped by ``Dataset.open``), each in its seeded order."""
         n = len(self.dataset.partitions)
-        nonempty = {p.index for p in self.dataset.partitions if p.num_rows > 0}
         return [Step(p, int(j)) for p in range(self.cfg.n_passes)
-                for j in block_order(self.cfg.random_state, p, n, self.cfg.shuffle) if int(j) in nonempty]
+                for j in block_order(self.cfg.random_state, p, n, self.cfg.shuffle)]
 
     def run(self, state: SGDState | None = None, start: int = 0,
             reservoir: Reservoir | None = None) -> SGDState:
@@ -163,13 +163,15 @@ class PartitionChain:
         state = state or SGDState.zeros(self.dataset.n_features)
         steps = self.schedule()
         self._t0 = time.perf_counter()
-        restarts = 0
+        restarts, failed_at = 0, None
         self._pos, self._state = start, state
         res_future = self.client.scatter(reservoir, broadcast=True) if reservoir is not None else None
         while self._pos < len(steps):
             try:
                 self._run_from(steps, res_future, reservoir)
             except Exception as exc:  # a lost worker, a cancelled future, a dropped connection
+                if failed_at != self._pos:      # a step that has not failed before: its own count
+                    restarts, failed_at = 0, self._pos
                 if not _is_transient(exc) or restarts >= self.max_restarts:
                     raise
                 restarts += 1
@@ -181,23 +183,37 @@ class PartitionChain:
 
     def _run_from(self, steps: list[Step], res_future, reservoir: Reservoir | None) -> None:
         cfg, client = self.cfg, self.client
-        token = tokenize(self.dataset.fingerprint, cfg.token(), self._state.to_dict(), self._pos)
+        # the fingerprint does not say where the files are: two copies, or two datasets whose
+        # files have the same names and sizes, must not share task keys (and so results)
+        token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                         cfg.token(), self._state.to_dict(), self._pos)
         keep = None if reservoir is None else -reservoir.label
         inflight: deque[tuple[int, Future]] = deque()
         prev: Future | SGDState = self._state
         nxt = self._pos
-        while self._pos < len(steps):
-            while nxt < len(steps) and len(inflight) <= self.prefetch:
-                s = steps[nxt]
-                block = client.submit(load_block, self.dataset, s.partition, s.pass_index, cfg, keep,
-                                      key=f"nsdist-load-{token}-{nxt}", retries=2)
-                prev = client.submit(step_block, prev, block, cfg, res_future,
-                                     key=f"nsdist-step-{token}-{nxt}", priority=1)
-                inflight.append((nxt, prev))
-                nxt += 1
-            i, fut = inflight.popleft()
-            state, stats = fut.result()
-            self._accept(i, steps, state, stats)
+        try:
+            while self._pos < len(steps):
+                while nxt < len(steps) and len(inflight) <= self.prefetch:
+                    s = steps[nxt]
+                    block = client.submit(load_block, self.dataset, s.partition, s.pass_index, cfg, keep,
+                                          key=f"nsdist-load-{token}-{nxt}", retries=2)
+                    prev = client.submit(step_block, prev, block, cfg, res_future,
+                                         key=f"nsdist-step-{token}-{nxt}", priority=1)
+                    del block               # the step holds it on the cluster; the driver need not
+                    inflight.append((nxt, prev))
+                    nxt += 1
+                i, fut = inflight[0]
+                state, stats = fut.result()
+                inflight.popleft()
+                self._accept(i, steps, state, stats)
+        except BaseException:
+            # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
+            # and the failed step now, so that they neither stay in the workers' memory nor answer
+            # a later job that asks for the same keys.  (The cluster may be gone: the error is
+            # the one to report, not the cancel's.)
+            with contextlib.suppress(Exception):
+                client.cancel([f for _, f in inflight])
+            raise
 
     def _accept(self, i: int, steps: list[Step], state: SGDState, stats: np.ndarray) -> None:
         self.stats.append(stats)

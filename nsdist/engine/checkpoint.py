@@ -12,6 +12,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from .reservoir import Reservoir
 __all__ = ["Checkpoint", "Checkpointer"]
 
 _FORMAT = 1
+
+log = logging.getLogger("nsdist.engine")
 
 
 @dataclass
@@ -98,3 +101,4 @@ class Checkpointer:
     def write(self, ckpt: Checkpoint) -> None:
         atomic_write_bytes(self.url, ckpt.to_json(), self.storage_options)
         self._last_step, self._last_time = ckpt.position, time.monotonic()
+        log.info("checkpoint written to %s at step %d of %d", self.url, ckpt.position, ckpt.n_steps)

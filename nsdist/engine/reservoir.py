@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from distributed import Client, as_completed
+from distributed import Client
 
 from ..data import Dataset
 from ..solvers.order import reservoir_keys, top_k_indices
@@ -56,13 +56,10 @@ def partition_candidates(dataset: Dataset, partition: int, size: int, random_sta
 def sample_reservoir(client: Client, dataset: Dataset, size: int, random_state: int,
                      dtype: str = "float64") -> Reservoir:
     """Draw the reservoir over all partitions of ``dataset`` on ``client``."""
-    parts = [p.index for p in dataset.partitions if p.num_rows > 0]
-    futures = client.map(partition_candidates, [dataset] * len(parts), parts, size=size,
-                         random_state=random_state, dtype=dtype, pure=False)
-    position = {f.key: i for i, f in enumerate(futures)}
-    ordered: list[dict] = [{}] * len(parts)
-    for fut, res in as_completed(futures, with_results=True):
-        ordered[position[fut.key]] = res   # file order: ties in keys go to the earlier row
+    parts = range(len(dataset.partitions))
+    ordered = client.gather(client.map(partition_candidates, [dataset] * len(parts), parts, size=size,
+                                       random_state=random_state, dtype=dtype, pure=False))
+    # in file order: ties in keys go to the earlier row
     counts = {lab: sum(r[lab][0] for r in ordered) for lab in (1, -1)}
     if counts[1] == 0 or counts[-1] == 0:
         missing = "positive" if counts[1] == 0 else "negative"
