@@ -62,6 +62,8 @@ TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
     ("--label-column", "dataset.label_column", "COL", "label column of the dataset"),
     ("--test", "dataset.test_url", "DATASET", "Parquet dataset to evaluate on (and draw the learning curve on)"),
     ("--holdout", "dataset.holdout", "F", "instead of --test: hold out this fraction of the partitions"),
+    ("--standardize", "dataset.standardize", "BOOL",
+     "true (default): train on features scaled to zero mean, unit variance; false: as stored"),
     ("--out", "output.dir", "DIR", "run directory (default runs/<job or dataset name>)"),
     ("--checkpoint-every", "output.checkpoint_every", "N", "write out/checkpoint.json every N partitions"),
     ("--scheduler", "cluster.scheduler", "ADDRESS", SCHEDULER_HELP),
@@ -499,7 +501,8 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
         model = api.train(train, client=client, prefetch=job.cluster.prefetch, checkpoint=run.checkpoint,
                           checkpoint_every=job.output.checkpoint_every,
                           checkpoint_seconds=job.output.checkpoint_seconds, resume=resume,
-                          validation=validation, on_step=on_step, **params)
+                          validation=validation, on_step=on_step, standardize=job.dataset.standardize,
+                          **params)
     h = model.history
     log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
              h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),

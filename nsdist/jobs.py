@@ -84,6 +84,8 @@ class DatasetSpec(_Section):
     test_url: str | None = Field(None, description="Parquet dataset to evaluate on and draw the learning curve on")
     holdout: float | None = Field(None, gt=0, lt=1,
                                   description="instead of test_url: hold out this fraction of the partitions")
+    standardize: bool = Field(True, description="train on features scaled to zero mean and unit variance "
+                              "(computed in one pass; the saved model is on the raw features)")
     ingest: IngestSpec | None = Field(None, description="build url from a raw file first when it is missing")
     test_ingest: IngestSpec | None = Field(None, description="build test_url from a raw file when it is missing")
 

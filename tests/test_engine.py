@@ -241,3 +241,26 @@ def test_scheduler_address_runs_same_job_bit_identical(real_cluster, cluster, le
     local = train(url, client=cluster, **params)
     np.testing.assert_array_equal(remote.coef, local.coef)
     assert evaluate(remote, url, client=addr) == evaluate(local, url, client=cluster)
+
+
+def test_standardize_equals_estimator_on_scaled_rows_and_folds_back(cluster, letter_parquet):
+    """``standardize=True`` trains on (x - mean)/std and returns the equal model on raw features."""
+    from nsdist.engine.scaling import feature_scaling
+
+    url, X, y = letter_parquet
+    raw = X * 3.0 + 7.0                                    # a raw scale the defaults were not tuned for
+    root = Path(url).parent / "raw"
+    url_raw = write_parquet(root, raw, y, rows_per_file=4000)
+    ds = open_dataset(url_raw)
+    scaling = feature_scaling(cluster, ds)
+    np.testing.assert_allclose(scaling.mean, raw.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(scaling.scale, raw.std(0), rtol=1e-12)
+    params = dict(measure="f1", solver="1pmb", n_passes=2, shuffle=False, random_state=1)
+    model = train(url_raw, client=cluster, standardize=True, **params)
+    est = nsdist.NonDecomposableClassifier(**params).fit(scaling.apply(raw.copy()), y)
+    w, b = scaling.fold(est.coef_.ravel(), float(est.intercept_[0]))
+    np.testing.assert_array_equal(model.coef, w)
+    assert model.intercept == b
+    np.testing.assert_allclose(model.decision_function(raw), est.decision_function(scaling.apply(raw.copy())),
+                               rtol=1e-9, atol=1e-9)
+    assert model.params["standardize"] is True

@@ -33,6 +33,7 @@ from ..losses.base import Loss
 from ..solvers.kernel import EPOCH_STATS, SGDState, run_epochs
 from ..solvers.order import block_order, row_order
 from .reservoir import Reservoir, sample_reservoir
+from .scaling import Scaling
 
 __all__ = ["ChainConfig", "Step", "PartitionChain", "load_block", "step_block"]
 
@@ -53,11 +54,13 @@ class ChainConfig:
     random_state: int
     two_pass: bool = False
     dtype: str = "float64"
+    scaling: Scaling | None = None
 
     def token(self) -> str:
+        scaling = None if self.scaling is None else (self.scaling.mean, self.scaling.scale)
         return tokenize(type(self.loss).__name__, self.loss.params(), self.buffer_size, self.eta,
                         self.radius, self.fit_intercept, self.n_passes, self.shuffle,
-                        self.random_state, self.two_pass, self.dtype)
+                        self.random_state, self.two_pass, self.dtype, scaling)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
     ``keep_label`` (2PMB, pass 2) keeps only the rows of the streamed class.
     """
     X, y = dataset.read_partition(partition, dtype=cfg.dtype)
+    if cfg.scaling is not None:
+        X = cfg.scaling.apply(X)
     if keep_label is not None:
         keep = y == keep_label
         X, y = X[keep], y[keep]
@@ -156,7 +161,7 @@ class PartitionChain:
         """
         if self.cfg.two_pass and reservoir is None:
             reservoir = sample_reservoir(self.client, self.dataset, self.cfg.buffer_size,
-                                         self.cfg.random_state, self.cfg.dtype)
+                                         self.cfg.random_state, self.cfg.dtype, self.cfg.scaling)
             log.info("2PMB reservoir: %d rows of the rare class %+d (of %d); streaming the other class",
                      reservoir.y.shape[0], reservoir.label, reservoir.n_rare)
         self.reservoir = reservoir

@@ -17,6 +17,7 @@ from distributed import Client
 
 from ..data import Dataset
 from ..solvers.order import reservoir_keys, top_k_indices
+from .scaling import Scaling
 
 __all__ = ["Reservoir", "sample_reservoir", "partition_candidates"]
 
@@ -40,9 +41,11 @@ class Reservoir:
 
 
 def partition_candidates(dataset: Dataset, partition: int, size: int, random_state: int,
-                         dtype: str) -> dict[int, tuple[int, np.ndarray, np.ndarray]]:
+                         dtype: str, scaling: Scaling | None = None) -> dict[int, tuple[int, np.ndarray, np.ndarray]]:
     """Per class: (row count, top-``size`` keys, their rows) of one partition (runs on a worker)."""
     X, y = dataset.read_partition(partition, dtype=dtype)
+    if scaling is not None:
+        X = scaling.apply(X)
     info = dataset.partitions[partition]
     keys = reservoir_keys(random_state, info.row_offset + np.arange(y.shape[0]))
     out = {}
@@ -54,11 +57,11 @@ def partition_candidates(dataset: Dataset, partition: int, size: int, random_sta
 
 
 def sample_reservoir(client: Client, dataset: Dataset, size: int, random_state: int,
-                     dtype: str = "float64") -> Reservoir:
+                     dtype: str = "float64", scaling: Scaling | None = None) -> Reservoir:
     """Draw the reservoir over all partitions of ``dataset`` on ``client``."""
     parts = range(len(dataset.partitions))
     ordered = client.gather(client.map(partition_candidates, [dataset] * len(parts), parts, size=size,
-                                       random_state=random_state, dtype=dtype, pure=False))
+                                       random_state=random_state, dtype=dtype, scaling=scaling, pure=False))
     # in file order: ties in keys go to the earlier row
     counts = {lab: sum(r[lab][0] for r in ordered) for lab in (1, -1)}
     if counts[1] == 0 or counts[-1] == 0:
