@@ -95,17 +95,38 @@ def peak_rss_mb(client: Client) -> dict:
 
 
 def scheduling_overhead(client: Client, url: str) -> dict:
-    """Median gap between consecutive chain steps on the workers vs a step's compute time."""
+    """Scheduling latency of the chain, from the Dask task stream.
+
+    For each step, the moment it *could* start is the latest of: the previous
+    step's end (its state), its own partition's load end, and the end of
+    whatever its worker ran before it (one thread per worker).  The latency is
+    its actual start minus that moment: the scheduler's and the network's
+    share, which the issue bounds at 5% of a step's compute time.  The raw gap
+    between consecutive steps (which also includes waiting for a load) is
+    reported beside it.
+    """
     with get_task_stream(client) as ts:
         train_once(client, url)
-    steps = sorted((t for t in ts.data if str(t["key"]).startswith("nsdist-step")),
-                   key=lambda t: int(str(t["key"]).rsplit("-", 1)[1]))
-    spans = [(next(s for s in t["startstops"] if s["action"] == "compute")) for t in steps]
-    gaps = [b["start"] - a["stop"] for a, b in zip(spans[:-1], spans[1:])]
-    compute = [s["stop"] - s["start"] for s in spans]
-    return {"steps": len(spans), "median_gap_ms": 1e3 * statistics.median(gaps),
-            "median_step_ms": 1e3 * statistics.median(compute),
-            "overhead_ratio": statistics.median(gaps) / statistics.median(compute)}
+    spans: dict[str, tuple[float, float, str]] = {}
+    for t in ts.data:
+        for ss in t["startstops"]:
+            if ss["action"] == "compute":
+                spans[str(t["key"])] = (ss["start"], ss["stop"], t["worker"])
+    def index(key: str) -> int:
+        return int(key.rsplit("-", 1)[1])
+    steps = {index(k): v for k, v in spans.items() if k.startswith("nsdist-step")}
+    loads = {index(k): v for k, v in spans.items() if k.startswith("nsdist-load")}
+    latency, gap, compute = [], [], [b - a for a, b, _ in steps.values()]
+    for i in sorted(steps)[1:]:
+        start, _, worker = steps[i]
+        busy = max((b for a, b, w in spans.values() if w == worker and b <= start), default=0.0)
+        ready = max(steps[i - 1][1], loads[i][1] if i in loads else 0.0, busy)
+        latency.append(start - ready)
+        gap.append(start - steps[i - 1][1])
+    return {"steps": len(steps), "median_latency_ms": 1e3 * statistics.median(latency),
+            "median_gap_ms": 1e3 * statistics.median(gap), "median_step_ms": 1e3 * statistics.median(compute),
+            "overhead_ratio": statistics.median(latency) / statistics.median(compute),
+            "gap_ratio": statistics.median(gap) / statistics.median(compute)}
 
 
 def dask_ml_baseline(client: Client, root: Path, test: tuple[np.ndarray, np.ndarray]) -> dict:
@@ -195,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     # 5: dask-ml baseline on the same files
     n_base = min(args.rows, 1_000_000)
     base_root = work / f"train-{n_base}"
-    base = measured(lambda c: dask_ml_baseline(c, base_root, test))
-    t, m1 = measured(lambda c: train_once(c, str(base_root)))
+    bases = [measured(lambda c: dask_ml_baseline(c, base_root, test)) for _ in range(args.repeats)]
+    base = sorted(bases, key=lambda b: b["seconds"])[len(bases) // 2]
+    runs = [measured(lambda c: train_once(c, str(base_root))) for _ in range(args.repeats)]
+    t, m1 = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     s = m1.decision_function(test[0])
     results["dask_ml"] = {"rows": n_base, "dask_ml": base,
                           "nsdist": {"seconds": t, "rows_per_s": n_base / t,
@@ -221,8 +244,11 @@ def write_report(r: dict, out: Path) -> None:
         f"| training rows/s | scan rows/s | ratio (target >= 0.7) |", "|---|---|---|",
         f"| {tp['train_rows_per_s']:,.0f} | {tp['scan_rows_per_s']:,.0f} | {tp['ratio']:.2f} |", "",
         "## 3. Scheduling overhead per partition", "",
-        f"{sc['steps']} steps: median gap between steps {sc['median_gap_ms']:.2f} ms, median step compute "
-        f"{sc['median_step_ms']:.1f} ms -> overhead {sc['overhead_ratio']:.1%} (target <= 5%).", "",
+        f"{sc['steps']} steps, median step compute {sc['median_step_ms']:.1f} ms.  Scheduling latency (start of a "
+        f"step minus the moment its state, its partition and its worker were all ready): median "
+        f"{sc['median_latency_ms']:.2f} ms = {sc['overhead_ratio']:.1%} of a step (target <= 5%).  Raw gap between "
+        f"consecutive steps, including waits for a partition still loading: {sc['median_gap_ms']:.1f} ms "
+        f"({sc['gap_ratio']:.0%}).", "",
         "## 4. Scaling", "", "| rows | seconds | us per row |", "|---|---|---|",
         *[f"| {int(n):,} | {v['seconds']:.2f} | {v['us_per_row']:.2f} |" for n, v in r["scaling"].items()], "",
         "## 5. dask-ml Incremental(SGDClassifier) on the same files", "",

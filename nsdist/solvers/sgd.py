@@ -88,6 +88,27 @@ class Reservoir:
         top = top_k_indices(keys, self.size)
         return Reservoir(self.label, rows[top], keys[top], self.size, self.n_rare + rare.size)
 
+    def merge(self, other: "Reservoir") -> "Reservoir":
+        """The sample of the union of the two streams (``self``'s rows first on tied keys).
+
+        The engine draws a reservoir per partition and merges them in file
+        order: the result is the reservoir of the whole stream.
+        """
+        keys = np.concatenate([self.keys, other.keys])
+        rows = np.concatenate([self.X, other.X.astype(self.X.dtype, copy=False)])
+        top = top_k_indices(keys, self.size)
+        return Reservoir(self.label, rows[top], keys[top], self.size, self.n_rare + other.n_rare)
+
+    def to_dict(self) -> dict:
+        """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
+        return {"label": self.label, "X": self.X.tolist(), "keys": self.keys.tolist(), "size": self.size,
+                "n_rare": self.n_rare}
+
+    @classmethod
+    def from_dict(cls, d: dict, dtype: str = "float64") -> "Reservoir":
+        X = np.asarray(d["X"], dtype=dtype).reshape(len(d["keys"]), -1)
+        return cls(int(d["label"]), X, np.asarray(d["keys"], dtype=np.float64), int(d["size"]), int(d["n_rare"]))
+
 
 @dataclass
 class SGDResult:
