@@ -7,7 +7,8 @@ with its data and outputs under ``--out`` (default ``runs/demo``):
    into a shuffled Parquet dataset of 20 partitions under ``<out>/data``;
 2. hold out 30% of the partitions (6 of 20) as the test set, as in the paper's
    70/30 protocol;
-3. train 2PMB for pAUC(0, 0.1) on an embedded Dask ``LocalCluster``;
+3. train 2PMB for pAUC(0, 0.1) on an embedded Dask ``LocalCluster``, the
+   features standardised on the fly (``dataset.standardize``, the default);
 4. evaluate on the held-out rows and write ``model/``, ``metrics.json``,
    ``learning_curve.png`` and ``run.log`` under ``<out>``;
 5. fit scikit-learn's ``LogisticRegression`` (plain and
