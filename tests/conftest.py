@@ -142,16 +142,17 @@ class DaskProcesses:
         return Client(self.address, security=self.security(), set_as_default=False, **kwargs)
 
     def close(self) -> None:
-        """End every process still running (workers first)."""
-        for proc in [*self.workers[::-1], self.scheduler]:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in [*self.workers, self.scheduler]:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        """End every process still running: the workers, then the scheduler (SIGKILL after 10 s)."""
+        for group in (self.workers, [self.scheduler]):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
     def __enter__(self) -> "DaskProcesses":
         return self

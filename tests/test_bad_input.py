@@ -1,0 +1,439 @@
+"""Bad input end to end: through ``nsdist.api.train`` / ``evaluate`` and the ``nsdist`` command line.
+
+Each bad input is rejected with a message naming what is wrong and where (file,
+partition, row, field), the command exits non-zero with that message on one
+line, and nothing half-made is left: no model, no metrics, no temporary file.
+The per-layer checks behind these messages are tested in test_dataset.py,
+test_ingest.py, test_metrics.py and test_losses.py; here they are driven
+through a whole job on a real (``LocalCluster``) Dask cluster, where most
+partitions are read on a worker, not on the driver.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import free_port
+from distributed import Client, LocalCluster
+from test_engine import letter_arrays, write_parquet
+
+from nsdist import NonDecomposableClassifier
+from nsdist.api import evaluate, open_dataset, train
+from nsdist.model import LinearModel, load_model
+
+REPO = Path(__file__).resolve().parents[1]
+FEATURES = [f"f{j}" for j in range(16)]
+TRAIN = dict(n_passes=1, random_state=1)
+TRAIN_ARGS = ["--n-passes", "1", "--random-state", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One worker process: partitions are read and checked away from the driver."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc, set_as_default=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def env(cluster) -> dict:
+    return {"DASK_SCHEDULER_ADDRESS": cluster.scheduler.address}
+
+
+@pytest.fixture(scope="module")
+def rows() -> tuple[np.ndarray, np.ndarray]:
+    """3000 rows of Letter (standardised), 117 of them positive."""
+    X, y = letter_arrays()
+    return X[:3000], y[:3000]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory, rows) -> str:
+    """Six Parquet files of 500 rows."""
+    return write_parquet(tmp_path_factory.mktemp("good"), *rows, rows_per_file=500)
+
+
+@pytest.fixture(scope="module")
+def model(good, cluster) -> LinearModel:
+    return train(good, client=cluster, **TRAIN)
+
+
+def nsdist_cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nsdist", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The one error line (``nsdist COMMAND: ...``) of a failed command; log warnings may precede it."""
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith(f"nsdist {proc.args[3]}: ")]
+    return line
+
+
+def assert_nothing_half_made(out: Path) -> None:
+    """A failed ``nsdist train`` leaves no model, metrics, plot or temporary file; a checkpoint is whole."""
+    for name in ("model", "metrics.json", "learning_curve.png"):
+        assert not (out / name).exists(), name
+    assert not list(out.rglob("*.tmp-*")) and not list(out.parent.rglob(".*.tmp-*"))
+    if (out / "checkpoint.json").exists():
+        json.loads((out / "checkpoint.json").read_text())
+
+
+# ------------------------------------------------------------------------ bad data
+def _rewrite(url: str, partition: int, change) -> None:
+    path = Path(url) / f"part-{partition:05d}.parquet"
+    pq.write_table(change(pq.read_table(path)), path)
+
+
+def nan_feature(root: Path, X, y):
+    """NaN in a feature"""
+    X = X.copy()
+    X[1017, 3] = np.nan
+    return write_parquet(root, X, y, rows_per_file=500), ["part-00002.parquet (partition 2)", "row 17",
+                                                          "feature 'f3' = nan is not finite"]
+
+
+def inf_feature(root: Path, X, y):
+    """-inf in a feature"""
+    X = X.copy()
+    X[2999, 0] = -np.inf
+    return write_parquet(root, X, y, rows_per_file=500), ["part-00005.parquet (partition 5)", "row 499",
+                                                          "feature 'f0' = -inf is not finite"]
+
+
+def bad_label(root: Path, X, y):
+    """a label outside {-1,+1}, {0,1}, bool"""
+    y = y.astype(np.int64)
+    y[1203] = 2
+    return write_parquet(root, X, y, rows_per_file=500), ["part-00002.parquet (partition 2)", "label[203] = 2",
+                                                          "is not a valid label"]
+
+
+def missing_column(root: Path, X, y):
+    """a partition without one of the feature columns"""
+    url = write_parquet(root, X, y, rows_per_file=500)
+    _rewrite(url, 4, lambda t: t.drop(["f5"]))
+    return url, ["part-00004.parquet", "schema differs from the first partition", "column 'f5' is missing"]
+
+
+def other_type(root: Path, X, y):
+    """a partition where a feature column holds strings"""
+    url = write_parquet(root, X, y, rows_per_file=500)
+    _rewrite(url, 1, lambda t: t.set_column(5, "f5", t["f5"].cast(pa.string())))
+    return url, ["part-00001.parquet", "schema differs from the first partition", "'f5' has type string"]
+
+
+def all_empty(root: Path, X, y):
+    """every partition empty"""
+    url = write_parquet(root, X[:0], y[:0], bounds=[0, 0, 0])
+    return url, [url, "every Parquet file is empty (2 files)"]
+
+
+def no_positives(root: Path, X, y):
+    """no positive row (pAUC needs both classes)"""
+    return write_parquet(root, X[y < 0], y[y < 0], rows_per_file=500), ["no positive"]
+
+
+def truncated_file(root: Path, X, y):
+    """a Parquet file cut in half"""
+    url = write_parquet(root, X, y, rows_per_file=500)
+    path = Path(url) / "part-00003.parquet"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return url, ["part-00003.parquet", "not a readable Parquet file"]
+
+
+def corrupt_page(root: Path, X, y):
+    """a Parquet file whose footer is intact but whose first data page is garbage (read on a worker)"""
+    url = write_parquet(root, X, y, rows_per_file=500)
+    path = Path(url) / "part-00002.parquet"
+    data = bytearray(path.read_bytes())
+    data[4:68] = np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    return url, ["part-00002.parquet (partition 2)", "cannot read the Parquet file"]
+
+
+def missing_path(root: Path, X, y):
+    """a path that does not exist"""
+    url = str(root / "nowhere")
+    return url, [f"no such file or directory: '{url}'"]
+
+
+def missing_file_url(root: Path, X, y):
+    """a file:// URL that does not exist"""
+    url = f"file://{root}/nowhere"
+    return url, [f"no such file or directory: '{url}'"]
+
+
+def missing_memory_url(root: Path, X, y):
+    """a memory:// URL that does not exist"""
+    url = f"memory://nsdist-nowhere-{root.name}/data"
+    return url, [f"no such file or directory: '{url}'"]
+
+
+BAD_DATA = [nan_feature, inf_feature, bad_label, missing_column, other_type, all_empty, no_positives,
+            truncated_file, corrupt_page, missing_path, missing_file_url, missing_memory_url]
+
+
+@pytest.mark.parametrize("make", BAD_DATA, ids=lambda f: f.__name__)
+def test_bad_data_is_rejected_naming_where(make, rows, model, cluster, env, tmp_path, reliability):
+    """train (1PMB and 2PMB) and evaluate raise ``ValueError`` naming the file, partition, row and
+    field; ``nsdist train`` exits 1 with that message on one line and leaves nothing half-made."""
+    url, needles = make(tmp_path / "data", *rows)
+    messages = []
+    for call in (lambda: train(url, client=cluster, solver="1pmb", **TRAIN),
+                 lambda: train(url, client=cluster, solver="2pmb", **TRAIN),
+                 lambda: evaluate(model, url, client=cluster)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)       # "file has no rows; skipped"
+            with pytest.raises(ValueError) as info:
+                call()
+        messages.append(str(info.value))
+    out = tmp_path / "run"
+    line = one_line_error(nsdist_cli("train", url, *TRAIN_ARGS, "--out", out, env=env), 1)
+    reliability("bad input", make.__doc__, rejected_by=["train 1pmb", "train 2pmb", "evaluate", "nsdist train"],
+                exit_code=1, message=line)
+    for text in [*messages, line]:
+        for needle in needles:
+            assert needle in text, (needle, text)
+    assert line.startswith("nsdist train: error: ")
+    assert_nothing_half_made(out)
+
+
+def test_bad_data_is_rejected_by_nsdist_evaluate(model, rows, env, tmp_path, reliability):
+    """``nsdist evaluate`` on a partition with a NaN exits 1 naming it, and writes no evaluation."""
+    url, needles = nan_feature(tmp_path / "data", *rows)
+    model.save(str(tmp_path / "model"))
+    line = one_line_error(nsdist_cli("evaluate", tmp_path / "model", url, "--out", tmp_path / "eval.json",
+                                     env=env), 1)
+    reliability("bad input", "NaN in a feature, to `nsdist evaluate`", exit_code=1, message=line)
+    assert line.startswith("nsdist evaluate: error: ") and all(n in line for n in needles)
+    assert not (tmp_path / "eval.json").exists()
+
+
+def test_an_empty_partition_among_others_is_skipped_with_a_warning(rows, cluster, tmp_path):
+    """An empty file is not an error: it is skipped, named in a warning, and the model is the one
+    trained without it."""
+    X, y = rows
+    without = write_parquet(tmp_path / "without", X, y, rows_per_file=500)
+    within = write_parquet(tmp_path / "with", X, y, rows_per_file=500)
+    pq.write_table(pq.read_table(Path(within) / "part-00000.parquet").slice(0, 0),
+                   Path(within) / "part-00002-empty.parquet")
+    with pytest.warns(UserWarning, match="part-00002-empty.parquet: Parquet file has no rows; skipped"):
+        skipped = train(within, client=cluster, solver="2pmb", **TRAIN)
+    np.testing.assert_array_equal(skipped.coef, train(without, client=cluster, solver="2pmb", **TRAIN).coef)
+
+
+def _plain_parquet(root: Path, X: np.ndarray, y: np.ndarray) -> str:
+    """Files whose size depends only on the number of rows (no compression, dictionary, statistics)."""
+    root.mkdir()
+    for i in range(0, len(y), 500):
+        table = pa.table({**{f: X[i:i + 500, j] for j, f in enumerate(FEATURES)}, "label": y[i:i + 500]})
+        pq.write_table(table, root / f"part-{i // 500:05d}.parquet", compression="none", use_dictionary=False,
+                       write_statistics=False)
+    return str(root)
+
+
+def test_a_failed_job_leaves_nothing_on_the_cluster_and_a_fixed_copy_trains_on_its_own_rows(
+        rows, cluster, tmp_path):
+    """After a job fails on a NaN, no task of it is left on the cluster (no partition held in a
+    worker's memory), and a corrected copy elsewhere — files of the same names and sizes, so the
+    same dataset fingerprint — trains on its own rows, exactly as the in-memory solver does."""
+    X, y = rows
+    broken = X.copy()
+    broken[1017, 3] = np.nan
+    bad, fixed = _plain_parquet(tmp_path / "bad", broken, y), _plain_parquet(tmp_path / "fixed", X, y)
+    params = dict(measure="pauc", solver="1pmb", shuffle=False, buffer_size=500, **TRAIN)
+    with pytest.raises(ValueError, match="bad/part-00002.parquet"):
+        train(bad, client=cluster, **params)
+    deadline = time.monotonic() + 10
+    while (left := [k for k in cluster.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
+                    if str(k).startswith("nsdist-")]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == []
+    assert open_dataset(bad).fingerprint == open_dataset(fixed).fingerprint
+    got = train(fixed, client=cluster, **params)
+    np.testing.assert_array_equal(got.coef, NonDecomposableClassifier(**params).fit(X, y).coef_.ravel())
+
+
+# ------------------------------------------------------------------ bad parameters
+BAD_PARAMETERS = [  # estimator parameters, nsdist train options, API message, CLI exit code, CLI message
+    pytest.param(dict(beta=0.0), ["--beta", "0"], "beta must be a number in (0, 1], got 0.0", 2,
+                 "measure.beta: expected a value > 0", id="beta=0"),
+    pytest.param(dict(beta=1.5), ["--beta", "1.5"], "beta must be a number in (0, 1], got 1.5", 2,
+                 "measure.beta: expected a value <= 1.0", id="beta=1.5"),
+    pytest.param(dict(measure="prec@k", k=0), ["--measure", "prec@k", "--k", "0"], "k = 0 is out of range", 2,
+                 "measure.k: expected a value >= 1", id="k=0"),
+    pytest.param(dict(measure="prec@k", k=1.5), ["--measure", "prec@k", "--k", "1.5"],
+                 "k must be an int >= 1 or a float in (0, 1], got 1.5", 2, "measure.k: expected", id="k=1.5"),
+    pytest.param(dict(measure="prec@k", k=3001), ["--measure", "prec@k", "--k", "3001"],
+                 "k = 3001 is out of range: need 1 <= k <= n = 3000", 1,
+                 "k = 3001 is out of range: need 1 <= k <= n = 3000", id="k>n"),
+    pytest.param(dict(buffer_size=1), ["--buffer-size", "1"], "buffer_size must be an int >= 2, got 1", 2,
+                 "solver.buffer_size: expected a value >= 2", id="buffer_size=1"),
+    pytest.param(dict(measure="pacu"), ["--measure", "pacu"], "unknown measure 'pacu'", 2,
+                 "did you mean 'pauc'?", id="measure=pacu"),
+    pytest.param(dict(solver="sgd"), ["--solver", "sgd"], "unknown solver 'sgd'", 2,
+                 "solver.name: expected one of", id="solver=sgd"),
+]
+
+
+@pytest.mark.parametrize("params, options, api_message, code, cli_message", BAD_PARAMETERS)
+def test_bad_parameters_are_rejected_before_training(params, options, api_message, code, cli_message, good,
+                                                     cluster, env, tmp_path, reliability):
+    """beta outside (0, 1], k out of range, buffer_size < 2, an unknown measure or solver: the API
+    raises ``ValueError`` saying which value and why; ``nsdist train`` exits 2 (a bad job, nothing
+    written) or 1 (k against the data's row count) with the same on one line."""
+    calls: list[str] = []
+    with pytest.raises(ValueError) as info:
+        train(good, client=cluster, on_step=lambda p: calls.append(p), **params, **TRAIN)
+    assert api_message in str(info.value) and calls == []
+    out = tmp_path / "run"
+    line = one_line_error(nsdist_cli("train", good, *options, *TRAIN_ARGS, "--out", out, env=env), code)
+    reliability("bad input", "parameter " + ", ".join(f"{k}={v!r}" for k, v in params.items()), exit_code=code,
+                message=line)
+    assert cli_message in line
+    if code == 2:
+        assert not out.exists()
+    assert_nothing_half_made(out)
+
+
+def test_unreachable_scheduler_fails_with_its_address(good, tmp_path, reliability):
+    """A scheduler address nothing listens on: the job fails within the connect timeout, naming it."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    line = one_line_error(nsdist_cli("train", good, *TRAIN_ARGS, "--scheduler", address, "--out", tmp_path / "run",
+                                     env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}), 1)
+    reliability("bad input", "a scheduler address nothing listens on", exit_code=1, message=line)
+    assert address in line and time.monotonic() - t0 < 60
+    assert_nothing_half_made(tmp_path / "run")
+
+
+# -------------------------------------------------------------------- bad models
+def other_schema(path: Path, model: LinearModel) -> list[str]:
+    """a model whose feature names are not the data's"""
+    LinearModel(coef=model.coef, intercept=0.0, measure="pauc", feature_names=[f"g{j}" for j in range(16)]
+                ).save(str(path))
+    return ["feature schema of dataset", "does not match the model: missing 'g0', 'g1'", "unexpected 'f0'"]
+
+
+def other_order(path: Path, model: LinearModel) -> list[str]:
+    """a model whose features are the data's in another order"""
+    LinearModel(coef=model.coef, intercept=0.0, measure="pauc", feature_names=FEATURES[::-1]).save(str(path))
+    return ["feature order of dataset", "differs from the model's at position 0: 'f0' where the model has 'f15'"]
+
+
+def truncated_json(path: Path, model: LinearModel) -> list[str]:
+    """model.json cut short"""
+    model.save(str(path))
+    meta = path / "model.json"
+    meta.write_bytes(meta.read_bytes()[:100])
+    return [f"{path}/model.json is truncated or not valid JSON"]
+
+
+def flipped_weights(path: Path, model: LinearModel) -> list[str]:
+    """one byte of the weights file changed"""
+    model.save(str(path))
+    (weights,) = path.glob("weights-*.npy")
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x40
+    weights.write_bytes(bytes(data))
+    return [weights.name, "checksum mismatch — the weights file is truncated or was modified"]
+
+
+def missing_weights(path: Path, model: LinearModel) -> list[str]:
+    """the weights file named by model.json deleted"""
+    model.save(str(path))
+    (weights,) = path.glob("weights-*.npy")
+    weights.unlink()
+    return [f"weights file '{weights.name}' named by model.json is missing"]
+
+
+BAD_MODELS = [other_schema, other_order, truncated_json, flipped_weights, missing_weights]
+
+
+@pytest.mark.parametrize("make", BAD_MODELS, ids=lambda f: f.__name__)
+def test_bad_model_is_refused(make, model, good, cluster, env, tmp_path, reliability):
+    """``evaluate`` raises ``ValueError`` saying what is wrong with the model; ``nsdist evaluate``
+    exits 1 with that line and writes no evaluation."""
+    path = tmp_path / "model"
+    needles = make(path, model)
+    with pytest.raises(ValueError) as info:
+        evaluate(str(path), good, client=cluster)
+    out = tmp_path / "eval.json"
+    line = one_line_error(nsdist_cli("evaluate", path, good, "--out", out, env=env), 1)
+    reliability("bad input", make.__doc__, exit_code=1, message=line)
+    for needle in needles:
+        assert needle in str(info.value) and needle in line, needle
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------ safety
+class _Payload:
+    """Unpickling this runs ``open(marker, "w")``: proof that a pickle was loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def test_a_model_carrying_a_pickle_is_refused_unopened(model, tmp_path, reliability):
+    """A weights file swapped for an object array (a pickle), its checksum updated in model.json:
+    loading refuses it as not a plain array, and the pickle never runs."""
+    path, marker = tmp_path / "model", tmp_path / "pwned"
+    model.save(str(path))
+    (weights,) = path.glob("weights-*.npy")
+    buf = io.BytesIO()
+    np.save(buf, np.array([_Payload(marker)] * 17, dtype=object), allow_pickle=True)
+    weights.write_bytes(buf.getvalue())
+    meta = json.loads((path / "model.json").read_text())
+    meta["weights"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    (path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not a plain .npy array") as info:
+        load_model(str(path))
+    line = one_line_error(nsdist_cli("predict", path, tmp_path / "in.csv", tmp_path / "out.csv"), 1)
+    reliability("safety", "a model whose weights file is a pickle", rejected=True, message=str(info.value))
+    assert "not a plain .npy array" in line
+    assert not marker.exists()
+
+
+def test_models_and_checkpoints_are_plain_data(good, rows, cluster, tmp_path, reliability):
+    """What a job writes loads without pickle: the weights with ``allow_pickle=False``, the rest as JSON."""
+    ckpt = tmp_path / "checkpoint.json"
+    trained = train(good, client=cluster, solver="2pmb", checkpoint=str(ckpt), checkpoint_every=1, **TRAIN)
+    trained.save(str(tmp_path / "model"))
+    meta = json.loads((tmp_path / "model" / "model.json").read_text())
+    vec = np.load(tmp_path / "model" / meta["weights"]["file"], allow_pickle=False)
+    np.testing.assert_array_equal(vec, np.append(trained.coef, trained.intercept))
+    checkpoint = json.loads(ckpt.read_text())
+    assert checkpoint["position"] == checkpoint["n_steps"] == 6
+    assert len(checkpoint["reservoir"]["X"]) == checkpoint["reservoir"]["n_rare"] == int((rows[1] > 0).sum())
+    reliability("safety", "models and checkpoints are plain data (npy without pickle, JSON)", rejected=False)
+
+
+def test_a_job_file_cannot_run_code(good, tmp_path, reliability):
+    """YAML tags that would call Python (``!!python/object/apply:os.system``) in a job file or a
+    ``--set`` value are refused as invalid YAML (exit 2), and nothing runs."""
+    marker = tmp_path / "pwned"
+    job = tmp_path / "job.yaml"
+    job.write_text(f"dataset: {{url: {good}}}\nsolver: !!python/object/apply:os.system [\"touch {marker}\"]\n")
+    line = one_line_error(nsdist_cli("train", job), 2)
+    assert f"{job}: invalid YAML at line 2" in line
+    override = f"solver.eta=!!python/object/apply:os.system [\"touch {marker}\"]"
+    line2 = one_line_error(nsdist_cli("train", good, "--set", override, "--out", tmp_path / "run"), 2)
+    reliability("safety", "a job file / --set value with a !!python/object/apply tag", rejected=True, message=line)
+    assert "the value is not valid YAML" in line2
+    assert not marker.exists() and not (tmp_path / "run").exists()

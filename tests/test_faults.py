@@ -1,0 +1,323 @@
+"""Faults injected for real: SIGKILLed Dask workers, a SIGKILLed driver, writes killed midway.
+
+Every process here is a real OS process started by the test (``dask
+scheduler`` / ``dask worker`` on 127.0.0.1, the ``nsdist`` command line, a
+Python writer) and every fault is a ``SIGKILL``: nothing gets to clean up.
+The claim checked each time is SPEC §4's: same seed and inputs give the same
+model bit for bit, so a job that survives a fault must end with exactly the
+model of an undisturbed run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_engine import letter_arrays, write_parquet
+
+from nsdist.api import train
+from nsdist.engine.checkpoint import Checkpoint
+from nsdist.model import load_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def letter_20(tmp_path_factory) -> str:
+    """The Letter data set (20 000 rows, positive class ``N``) as 20 Parquet files of 1000 rows."""
+    X, y = letter_arrays()
+    return write_parquet(tmp_path_factory.mktemp("letter20"), X, y, rows_per_file=1000)
+
+
+def next_step_worker(client) -> str:
+    """The worker running the chain's next step, else the one holding most prefetched partitions."""
+    for address, keys in client.processing().items():
+        if any(str(k).startswith("nsdist-step") for k in keys):
+            return address
+    held = client.has_what()
+    return max(held, key=lambda a: sum(str(k).startswith("nsdist-load") for k in held[a]))
+
+
+def sigkill_worker(cluster, client, address: str) -> int:
+    """SIGKILL the ``dask worker`` process (no nanny) serving ``address``; return its exit status."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    (proc,) = [p for p in cluster.workers if p.pid == pid]
+    os.kill(pid, signal.SIGKILL)
+    return proc.wait(timeout=30)
+
+
+def assert_same_model(a, b) -> None:
+    """Bit for bit: coefficients, intercept, and the epochs and rows that made them."""
+    np.testing.assert_array_equal(a.coef, b.coef)
+    assert a.intercept == b.intercept
+    for key in ("epochs", "skipped_epochs", "rows_seen"):
+        assert a.history[key] == b.history[key], key
+
+
+# ------------------------------------------------------------------------ workers
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes, letter_20, solver, reliability):
+    """Two of three workers are SIGKILLed during training (the one running the next step each
+    time); the job finishes on the last worker with the undisturbed run's model, bit for bit."""
+    params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7)
+    with dask_processes(3) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        kills: list[tuple[int, str, int]] = []
+
+        def kill_at(p) -> None:
+            if p.step in (7, 23):
+                victim = next_step_worker(client)
+                kills.append((p.step, victim, sigkill_worker(cluster, client, victim)))
+
+        survived = train(letter_20, client=client, on_step=kill_at, **params)
+        reliability("fault", f"SIGKILL 2 of 3 workers mid-training ({solver.upper()}, 40 partition steps)",
+                    injected=len(kills), survivors=len(client.scheduler_info()["workers"]))
+        assert [(step, status) for step, _, status in kills] == [(7, -signal.SIGKILL), (23, -signal.SIGKILL)]
+        assert kills[0][1] != kills[1][1]
+        assert len(client.scheduler_info()["workers"]) == 1
+        assert_same_model(survived, reference)
+
+
+def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, letter_20, caplog, reliability):
+    """All workers are SIGKILLed at four points of a 2PMB run (their nannies restart them): each
+    time every result and the scattered reservoir are lost, the chain redoes the step from the last
+    gathered model — more often in one job than ``max_restarts`` (which bounds retries of one step)."""
+    params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=3)
+    with dask_processes(2, nanny=True) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        killed: list[int] = []
+
+        def kill_all_at(p) -> None:
+            if p.step in (5, 15, 25, 35):
+                client.wait_for_workers(2, timeout=60)     # both restarted since the last kill
+                pids = client.run(os.getpid)
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGKILL)
+                killed.extend(pids.values())
+
+        with caplog.at_level(logging.WARNING, logger="nsdist.engine"):
+            survived = train(letter_20, client=client, on_step=kill_all_at, **params)
+        redone = [r.getMessage() for r in caplog.records if "redoing it from the last model" in r.getMessage()]
+        reliability("fault", "SIGKILL every worker at 4 points of a 2PMB run (nanny restarts them)",
+                    injected=len(killed), redone_steps=len(redone))
+        assert len(killed) == 8 and len(set(killed)) == 8          # fresh worker processes each time
+        assert len(redone) >= 4
+        assert all("(restart 1/3)" in m or "(restart 2/3)" in m for m in redone)
+        assert_same_model(survived, reference)
+
+
+# ------------------------------------------------------------------------- driver
+def nsdist_cli(*args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m nsdist ARGS`` with ``env`` added to the environment."""
+    return subprocess.run([sys.executable, "-m", "nsdist", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **env})
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
+    """The one error line (``nsdist COMMAND: ...``) of a failed command; log warnings may precede it."""
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith(f"nsdist {proc.args[3]}: ")]
+    return line
+
+
+TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 4, "--random-state", 5, "--checkpoint-every", 1,
+         "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(dask_processes) -> dict:
+    """The environment of a command using a scheduler and two workers started here."""
+    return {"DASK_SCHEDULER_ADDRESS": dask_processes(2).address}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(shared_cluster, letter_20, tmp_path_factory) -> Path:
+    """The run directory of ``nsdist train`` left alone."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    proc = nsdist_cli("train", letter_20, *TRAIN, "--out", out, env=shared_cluster)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """The checkpoint's JSON, or None while there is none."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def killed_run(shared_cluster, letter_20, tmp_path_factory) -> dict:
+    """``nsdist train`` SIGKILLed once its checkpoint has passed partition step 8."""
+    out = tmp_path_factory.mktemp("killed") / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", letter_20, *map(str, TRAIN), "--out", str(out)],
+                            cwd=REPO, env={**os.environ, **shared_cluster},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while (ck := read_checkpoint(out / "checkpoint.json")) is None or ck["position"] < 8:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    status = proc.wait(timeout=30)
+    snapshot = out.parent / "checkpoint-at-kill.json"
+    shutil.copy(out / "checkpoint.json", snapshot)
+    return {"out": out, "status": status, "checkpoint": read_checkpoint(snapshot), "snapshot": snapshot}
+
+
+def test_driver_sigkilled_mid_run_resumes_to_the_identical_model(killed_run, uninterrupted, shared_cluster,
+                                                                 reliability):
+    """``nsdist train`` is SIGKILLed mid-run; ``nsdist train <run>/job.yaml --resume`` continues from
+    its last checkpoint and writes the model of the uninterrupted run, bit for bit."""
+    out, ck = killed_run["out"], killed_run["checkpoint"]
+    reliability("fault", "SIGKILL the `nsdist train` driver mid-run, then `--resume`", injected=1,
+                killed_at_step=ck["position"], of_steps=ck["n_steps"])
+    assert killed_run["status"] == -signal.SIGKILL
+    assert 8 <= ck["position"] < ck["n_steps"] == 80
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+
+    proc = nsdist_cli("train", out / "job.yaml", "--resume", env=shared_cluster)
+    assert proc.returncode == 0, proc.stderr
+    resumed, full = load_model(str(out / "model")), load_model(str(uninterrupted / "model"))
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
+    assert _sha(out) == _sha(uninterrupted)
+    done, expected = (json.loads((d / "metrics.json").read_text()) for d in (out, uninterrupted))
+    assert done["evaluation"] == expected["evaluation"]
+    assert done["training"]["rows_seen"] == expected["training"]["rows_seen"]
+    assert f"resuming from {out / 'checkpoint.json'} at partition step {ck['position']} of 80" \
+        in (out / "run.log").read_text()
+
+
+def _sha(run: Path) -> str:
+    """The weights checksum recorded in a run's model.json."""
+    return json.loads((run / "model" / "model.json").read_text())["weights"]["sha256"]
+
+
+@pytest.mark.parametrize("change", ["other parameters", "other dataset"])
+def test_resume_refuses_a_checkpoint_of_another_job(killed_run, shared_cluster, letter_20, tmp_path, change,
+                                                    reliability):
+    """A checkpoint is refused, with the reason, by a job with other training parameters or on
+    other data (the same files and one more); the checkpoint is left as it was."""
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copy(killed_run["snapshot"], out / "checkpoint.json")
+    data, train_args = letter_20, list(TRAIN)
+    if change == "other parameters":
+        train_args[train_args.index("--random-state") + 1] = 6
+        needle = "was written by a job with other training parameters; refusing to resume"
+    else:
+        data = shutil.copytree(letter_20, tmp_path / "other-data")
+        X, y = letter_arrays()
+        write_parquet(Path(data) / "tail", X[:999], y[:999], rows_per_file=999)   # one more partition
+        needle = "was written for another dataset"
+    line = one_line_error(nsdist_cli("train", data, *train_args, "--out", out, "--resume", env=shared_cluster), 1)
+    reliability("bad input", f"`--resume` with a checkpoint of a job with {change}", exit_code=1, message=line)
+    assert needle in line and str(out / "checkpoint.json") in line
+    assert (out / "checkpoint.json").read_bytes() == killed_run["snapshot"].read_bytes()
+    assert not (out / "model").exists()
+
+
+# -------------------------------------------------------------------------- writes
+#: A single-threaded supervisor that imports nsdist once, then for each line ``FIRST`` on stdin forks
+#: a writer saving rounds ``FIRST, FIRST+1, ...`` of a model, metrics.json, a checkpoint and a large
+#: learning_curve.png (most of the round's disk writes: the kills that land mid-write) until it is
+#: killed; it reports ``pid N``, each finished round, and ``exit STATUS`` on stdout.
+WRITER = """
+import itertools, os, sys, threading
+import numpy as np
+from nsdist.engine.checkpoint import Checkpoint, Checkpointer
+from nsdist.model import LinearModel
+from nsdist.report import RunDir
+from nsdist.solvers.kernel import EPOCH_STATS, SGDState
+
+def write_rounds(run, first, d):
+    saver = Checkpointer(run.checkpoint, job="job", dataset_fingerprint="data")
+    for v in itertools.count(first):
+        LinearModel(coef=np.full(d, float(v)), intercept=float(v), measure="pauc",
+                    history={"round": v}).save(run.model)
+        run.write_json("metrics.json", {"round": v, "values": [v] * d})
+        saver.write(Checkpoint("job", "data", v, v, SGDState(w=np.full(d, float(v))), None,
+                               np.zeros(1, EPOCH_STATS), 0.0))
+        run.write_bytes("learning_curve.png", bytes([v % 251]) * BLOB)
+        os.write(1, f"{v}\\n".encode())
+
+run, d, BLOB = RunDir(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+for line in sys.stdin:
+    assert threading.active_count() == 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            write_rounds(run, int(line), d)
+        finally:
+            os._exit(1)
+    os.write(1, f"pid {pid}\\n".encode())
+    os.write(1, f"exit {os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}\\n".encode())
+"""
+
+
+def test_writes_killed_midway_leave_the_previous_files_intact(tmp_path, reliability):
+    """A process saving a model (20 000 weights), metrics.json, a checkpoint and a 96 MB
+    learning_curve.png in a loop is SIGKILLed 20 times: at a random moment, or (every other
+    time) as soon as a write is seen in progress.  After every kill each file loads and verifies
+    (checksum, JSON, length), holds one whole round (weights, intercept and metadata of the same
+    save), and is no older than the last round the writer finished."""
+    run, d, blob = tmp_path / "run", 20_000, 96 * 2**20
+    supervisor = subprocess.Popen([sys.executable, "-c", WRITER, str(run), str(d), str(blob)], cwd=REPO, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    rng = np.random.default_rng(2024)
+    kills, finished, mid_write = 20, None, 0   # the last round reported complete; kills that cut a write
+    attempted: set[int] = set()                # every round a writer began
+    try:
+        for i in range(kills):
+            first = (i + 1) * 1000
+            supervisor.stdin.write(f"{first}\n")
+            supervisor.stdin.flush()
+            lines = [supervisor.stdout.readline().split()]
+            while lines[-1][0] != "pid":
+                lines.append(supervisor.stdout.readline().split())
+            time.sleep(rng.uniform(0.05, 1.0))
+            deadline = time.monotonic() + 10
+            while i % 2 and not list(run.rglob("*.tmp-*")) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            os.kill(int(lines[-1][1]), signal.SIGKILL)
+            while lines[-1][0] != "exit":
+                lines.append(supervisor.stdout.readline().split())
+            assert int(lines[-1][1]) == -signal.SIGKILL
+            rounds = [int(line[0]) for line in lines if line[0].isdigit()]
+            finished = rounds[-1] if rounds else finished
+            started = rounds[-1] + 1 if rounds else first
+            attempted.update([*rounds, started])
+            leftovers = list(run.rglob("*.tmp-*"))      # what a killed write leaves: never read, removed here
+            mid_write += bool(leftovers)
+            for path in leftovers:
+                path.unlink()
+            if finished is None:        # killed before its first round was complete
+                continue
+            model = load_model(str(run / "model"))
+            v = model.history["round"]
+            assert finished <= v <= started
+            assert model.intercept == v and np.all(model.coef == v) and model.coef.shape == (d,)
+            metrics = json.loads((run / "metrics.json").read_text())
+            assert finished <= metrics["round"] <= started and set(metrics["values"]) == {metrics["round"]}
+            ck = Checkpoint.load(str(run / "checkpoint.json"), job="job", dataset_fingerprint="data")
+            assert finished <= ck.position <= started and np.all(ck.state.w == ck.position)
+            png = np.fromfile(run / "learning_curve.png", dtype=np.uint8)
+            assert png.shape == (blob,) and np.all(png == png[0])
+            assert png[0] in {r % 251 for r in attempted if finished <= r <= started}
+    finally:
+        supervisor.stdin.close()
+        supervisor.wait(timeout=30)
+    reliability("fault", "SIGKILL a process saving model, metrics.json, checkpoint and plot in a loop",
+                injected=kills, kills_mid_write=mid_write)
+    assert finished is not None and finished >= 1000
+    assert mid_write >= kills // 4
