@@ -18,7 +18,7 @@ from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect
-from .engine.evaluate import cut_intercept_dataset, evaluate_dataset
+from .engine.evaluate import check_both_classes, cut_intercept_dataset, evaluate_dataset
 from .engine.scaling import Scaling, feature_scaling
 from .estimator import NonDecomposableClassifier
 from .model import LinearModel, load_model
@@ -98,6 +98,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {est.solver!r}")
         init_model.check_features(ds.feature_names, where=f"dataset {ds.url}")
     with connect(client) as c:
+        if est.solver == "1pmb":     # 2PMB's reservoir pass checks the classes itself
+            check_both_classes(c, ds)
         scaling = feature_scaling(c, ds) if standardize else None
         if est.solver not in _STREAMING:
             model = _train_in_memory(est, ds, scaling)

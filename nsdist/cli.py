@@ -376,7 +376,8 @@ def run_train(job: TrainJob, *, resume: bool = False, progress: bool = True) -> 
     try:
         log.info("nsdist %s: %s training job, run directory %s", __version__,
                  "resuming a" if resume else "starting a", run.url)
-        run.write_yaml("job.yaml", job.model_dump(mode="json"))
+        if not resume:   # a resumed run keeps the job it continues (a refused resume must not replace it)
+            run.write_yaml("job.yaml", job.model_dump(mode="json"))
         cluster = job.cluster
         with connect(cluster.scheduler, n_workers=cluster.n_workers, memory_limit=cluster.memory_limit) as client, \
                 client.as_current():  # workaround: the 2PMB reservoir needs a current client

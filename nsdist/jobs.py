@@ -171,6 +171,19 @@ def default_run_dir(name: str) -> str:
     return f"runs/{name}"
 
 
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` of ``text``, refusing anchors and aliases.
+
+    A job file never needs them, and aliases let a few hundred bytes expand
+    into gigabytes (the "billion laughs"): they are a ``yaml.YAMLError``.
+    """
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.YAMLError(f"anchors and aliases (&, *) are not allowed in a job "
+                                 f"(line {event.start_mark.line + 1})")
+    return yaml.safe_load(text)
+
+
 def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
     """Read, override and validate a job file.
 
@@ -194,10 +207,13 @@ def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
     JobError
         For invalid YAML, bad overrides, or a job that does not validate.
     """
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
     try:
-        raw = yaml.safe_load(text)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise JobError(path, [f"not UTF-8 text (byte {exc.start}): a job file is YAML"]) from None
+    try:
+        raw = safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -239,7 +255,7 @@ def parse_overrides(items: typing.Sequence[str]) -> list[tuple[list[str], Any]]:
         if not sep or not all(path):
             raise JobError("--set", [f"{item!r}: expected KEY.PATH=VALUE, e.g. solver.eta=0.5"])
         try:
-            value = yaml.safe_load(text)
+            value = safe_yaml(text)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or exc
             raise JobError("--set", [f"{item!r}: the value is not valid YAML ({problem})"]) from None

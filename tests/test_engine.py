@@ -264,3 +264,15 @@ def test_standardize_equals_estimator_on_scaled_rows_and_folds_back(cluster, let
     np.testing.assert_allclose(model.decision_function(raw), est.decision_function(scaling.apply(raw.copy())),
                                rtol=1e-9, atol=1e-9)
     assert model.params["standardize"] is True
+
+
+def test_one_class_dataset_fails_before_training(cluster, tmp_path, letter):
+    """1PMB on data without positives: a clear error naming the dataset, before any epoch runs."""
+    X, y = letter
+    neg = y < 0
+    url = write_parquet(tmp_path / "neg", X[neg][:4000], y[neg][:4000], rows_per_file=2000)
+    steps: list = []
+    for measure in ("f1", "pauc"):
+        with pytest.raises(ValueError, match=r"neg.*has no positive rows"):
+            train(url, client=cluster, measure=measure, solver="1pmb", on_step=steps.append)
+    assert steps == []

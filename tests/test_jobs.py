@@ -168,3 +168,51 @@ def test_readme_states_the_estimator_defaults():
     assert set(stated) >= {"solver", "surrogate", "buffer_size", "n_passes", "average", "shuffle", "random_state",
                            "fit_intercept", "alpha", "max_iter", "tol"}
     assert {key: defaults[key] for key in stated} == stated
+
+
+def test_alias_bomb_and_aliases_are_refused_quickly(tmp_path):
+    """A few hundred bytes of nested aliases would expand to gigabytes; the loader refuses aliases."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(JobError, match="aliases"):
+        load_job(str(path))
+    (tmp_path / "self.yaml").write_text("a: &a [*a]\n")
+    with pytest.raises(JobError, match="aliases"):
+        load_job(str(tmp_path / "self.yaml"))
+    with pytest.raises(JobError, match="aliases"):
+        load_job(write(tmp_path, {"dataset": {"url": "d"}}), ["solver.eta=&x 1"])
+
+
+def test_non_utf8_job_file_is_a_job_error(tmp_path):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(JobError, match="not UTF-8"):
+        load_job(str(path))
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_yaml_text = st.one_of(
+    st.text(alphabet=st.sampled_from(list("abc:-[]{}&*!|>'\"#,.0123456789 \n\t")), max_size=80),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=8)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                         st.dictionaries(st.sampled_from(
+                                             ["dataset", "measure", "solver", "cluster", "output", "url", "name",
+                                              "eta", "beta", "k", "dir", "x"]), inner, max_size=4)),
+                 max_leaves=12).map(lambda v: yaml.safe_dump(v)),
+)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=_yaml_text, override=st.text(max_size=30))
+def test_fuzz_job_loader_raises_only_job_error(tmp_path, text, override):
+    """Malformed job files and --set values only ever raise the documented JobError."""
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(text, encoding="utf-8")
+    for overrides in ([], [override], [f"solver.eta={override}"]):
+        try:
+            load_job(str(path), overrides)
+        except JobError:
+            pass

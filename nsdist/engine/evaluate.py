@@ -25,7 +25,7 @@ from .._validation import check_beta, resolve_k
 from ..data import Dataset
 from ..metrics import expected_top_sum, f1_from_counts, n_top_negatives, pair_credit
 
-__all__ = ["evaluate_dataset", "cut_intercept_dataset", "sortable_keys"]
+__all__ = ["evaluate_dataset", "cut_intercept_dataset", "check_both_classes", "sortable_keys"]
 
 _SIGN = np.uint64(1 << 63)
 
@@ -166,3 +166,20 @@ def cut_intercept_dataset(client: Client, dataset: Dataset, w: np.ndarray, measu
     finally:
         client.cancel(parts)
     return -hi - 1.0 if c == 0 else -(hi + lo) / 2.0
+
+
+def _label_counts(dataset: Dataset, partition: int) -> tuple[int, int]:
+    y = dataset.read_labels(partition)
+    n_pos = int(np.count_nonzero(y > 0))
+    return n_pos, y.shape[0] - n_pos
+
+
+def check_both_classes(client: Client, dataset: Dataset) -> tuple[int, int]:
+    """``(n+, n-)`` from the label column alone; a ``ValueError`` naming the dataset if a class is absent.
+
+    Run before training, so a dataset that cannot train fails at once instead
+    of after a whole pass of skipped epochs.
+    """
+    counts = client.gather(client.map(_label_counts, [dataset] * len(dataset.partitions),
+                                      range(len(dataset.partitions)), pure=False))
+    return _class_counts(dataset, [(p, n, None) for p, n in counts])
