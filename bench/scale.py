@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -80,15 +79,20 @@ def scan_rows_per_s(client: Client, root: Path) -> float:
     return rows / (time.perf_counter() - t0)
 
 
-def train_once(client: Client, url: str, **kw) -> tuple[float, object]:
+def train_once(client: Client, url: str, fit_intercept: bool = False) -> tuple[float, object]:
+    """One pass of 1PMB pAUC.  ``fit_intercept=False`` times the chain alone; True adds the
+    exact cut-intercept pass over the data that a ranking model's ``predict`` threshold needs."""
     t0 = time.perf_counter()
-    model = train(url, client=client, measure="pauc", solver="1pmb", n_passes=1, dtype="float32", **kw)
+    model = train(url, client=client, measure="pauc", solver="1pmb", n_passes=1, dtype="float32",
+                  fit_intercept=fit_intercept)
     return time.perf_counter() - t0, model
 
 
 def peak_rss_mb(client: Client) -> dict:
     def rss() -> float:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        """VmHWM: this process's own peak resident set (MB)."""
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM")) / 1024
     workers = client.run(rss)
     return {"driver": rss(), "scheduler": client.run_on_scheduler(rss),
             **{f"worker {i}": v for i, v in enumerate(workers.values())}}
@@ -194,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         scan_s.append(args.rows / measured(lambda c: scan_rows_per_s(c, big)))
         t, model, rss = measured(lambda c: (*train_once(c, str(big)), peak_rss_mb(c)))
         train_s.append(t)
+    full_s, _ = measured(lambda c: train_once(c, str(big), fit_intercept=True))
     s = model.decision_function(test[0])
-    results["out_of_core"] = {"train_seconds": statistics.median(train_s), "peak_rss_mb": rss,
+    results["out_of_core"] = {"train_seconds": statistics.median(train_s), "job_seconds_with_cut": full_s,
+                              "peak_rss_mb": rss,
                               "test_pauc": metrics.partial_auc(test[1], s, 0.1),
                               "test_prbep": metrics.prbep(test[1], s)}
     results["throughput"] = {"train_rows_per_s": args.rows / statistics.median(train_s),
@@ -237,10 +243,12 @@ def write_report(r: dict, out: Path) -> None:
         f"{r['parquet_gb']:.1f} GB Parquet), {r['positive_rate']:.0%} positives, files of {r['rows_per_file']:,} rows; "
         f"{r['workers']} workers limited to {r['memory_limit']} each. Medians of repeated runs.", "",
         "## 1. Out of core", "",
-        f"1PMB pAUC, one pass: {oc['train_seconds']:.1f} s; test pAUC(0.1) {oc['test_pauc']:.4f}, PRBEP {oc['test_prbep']:.4f}.", "",
+        f"1PMB pAUC, one pass: {oc['train_seconds']:.1f} s (the whole job with the exact cut-intercept pass: "
+        f"{oc['job_seconds_with_cut']:.1f} s); test pAUC(0.1) {oc['test_pauc']:.4f}, PRBEP {oc['test_prbep']:.4f}.", "",
         "| process | peak RSS (MB) |", "|---|---|",
         *[f"| {k} | {v:.0f} |" for k, v in oc["peak_rss_mb"].items()], "",
-        "## 2. Throughput", "",
+        "## 2. Throughput", "", "The training chain (one pass, no cut-intercept pass) against a bare pyarrow scan "
+        "(read + convert to numpy) of the same files on the same cluster.", "",
         f"| training rows/s | scan rows/s | ratio (target >= 0.7) |", "|---|---|---|",
         f"| {tp['train_rows_per_s']:,.0f} | {tp['scan_rows_per_s']:,.0f} | {tp['ratio']:.2f} |", "",
         "## 3. Scheduling overhead per partition", "",
