@@ -29,7 +29,7 @@ from sklearn.preprocessing import StandardScaler
 from nsdist import NonDecomposableClassifier
 from nsdist.solvers.measure import measure_function
 
-DATA = Path("/work/shared/data")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"   # shared/ beside the repo
 CACHE = Path("/tmp/nsdist-bench-cache")
 RESULTS = Path(__file__).parent / "results"
 
