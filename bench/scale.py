@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -249,7 +248,7 @@ def write_report(r: dict, out: Path) -> None:
         *[f"| {k} | {v:.0f} |" for k, v in oc["peak_rss_mb"].items()], "",
         "## 2. Throughput", "", "The training chain (one pass, no cut-intercept pass) against a bare pyarrow scan "
         "(read + convert to numpy) of the same files on the same cluster.", "",
-        f"| training rows/s | scan rows/s | ratio (target >= 0.7) |", "|---|---|---|",
+        "| training rows/s | scan rows/s | ratio (target >= 0.7) |", "|---|---|---|",
         f"| {tp['train_rows_per_s']:,.0f} | {tp['scan_rows_per_s']:,.0f} | {tp['ratio']:.2f} |", "",
         "## 3. Scheduling overhead per partition", "",
         f"{sc['steps']} steps, median step compute {sc['median_step_ms']:.1f} ms.  Scheduling latency (start of a "

@@ -8,12 +8,7 @@ the Letter data set (positive class ``N``), written the way a user would
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +21,7 @@ import nsdist
 from nsdist import metrics
 from nsdist.api import evaluate, open_dataset, train
 from nsdist.engine.chain import ChainConfig, PartitionChain
-from nsdist.engine.evaluate import evaluate_dataset, sortable_keys
+from nsdist.engine.evaluate import sortable_keys
 from nsdist.model import LinearModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,44 +192,14 @@ def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter)
         train(url, client=cluster, checkpoint=str(ckpt), resume=True, **{**params, "random_state": 9})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def real_cluster(tmp_path_factory):
-    """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1."""
-    port = _free_port()
-    addr = f"tcp://127.0.0.1:{port}"
-    bindir = Path(sys.executable).parent
-    work = tmp_path_factory.mktemp("dask")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], cwd=work, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    for i in range(2):
-        procs.append(subprocess.Popen([str(bindir / "dask"), "worker", addr, "--nthreads", "1", "--nworkers", "1",
-                                       "--host", "127.0.0.1", "--no-dashboard", "--name", f"w{i}",
-                                       "--local-directory", str(work)], cwd=work, env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    try:
-        with Client(addr, timeout=60) as c:
-            c.wait_for_workers(2, timeout=60)
-        yield addr, procs
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def real_cluster(dask_processes) -> str:
+    """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1 (tests/conftest.py)."""
+    return dask_processes(2).address
 
 
 def test_scheduler_address_runs_same_job_bit_identical(real_cluster, cluster, letter_parquet):
-    addr, _ = real_cluster
+    addr = real_cluster
     url, _, _ = letter_parquet
     params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=4)
     remote = train(url, client=addr, **params)

@@ -20,7 +20,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from distributed import Client
 
 from nsdist.cli import main as cli_main
 from nsdist.model import LinearModel, load_model
@@ -85,36 +84,10 @@ def write_job(path: Path, stream: Path, registry: Path, **retrain_keys) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def scheduler(tmp_path_factory) -> str:
+def scheduler(dask_processes) -> str:
     """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1; yields the address."""
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    work = tmp_path_factory.mktemp("dask")
-    quiet = dict(cwd=work, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    procs = [subprocess.Popen([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], **quiet)]
-    procs += [subprocess.Popen([str(BIN / "dask"), "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-                                "--no-dashboard", "--name", f"w{i}", "--local-directory", str(work)], **quiet)
-              for i in range(2)]
-    try:
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=60)
-        yield address
-    finally:
-        for proc in procs[::-1]:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    return dask_processes(2).address
 
 
 # ----------------------------------------------------------- the full cycle
