@@ -120,13 +120,11 @@ class Source(Protocol):
 
 
 @dataclass(frozen=True)
-class SvmlightSource:
-    """An svmlight/LIBSVM text file (``n_features`` fixed by :meth:`planned`)."""
+class TextFileSource:
+    """A text file read in line blocks: what the svmlight and CSV sources share."""
 
     fs: AbstractFileSystem
     path: str
-    rule: LabelRule
-    n_features: int | None = None
 
     @property
     def name(self) -> str:
@@ -134,6 +132,14 @@ class SvmlightSource:
 
     def blocks(self, chunk_rows: int) -> Iterator[TextBlock]:
         return text_blocks(self.fs, self.path, chunk_rows)
+
+
+@dataclass(frozen=True)
+class SvmlightSource(TextFileSource):
+    """An svmlight/LIBSVM text file (``n_features`` fixed by :meth:`planned`)."""
+
+    rule: LabelRule
+    n_features: int | None = None
 
     def scan(self, block: TextBlock) -> Summary:
         rows = parse_svmlight(block, self.rule, n_features=self.n_features)
@@ -161,21 +167,12 @@ class SvmlightSource:
 
 
 @dataclass(frozen=True)
-class CsvSource:
+class CsvSource(TextFileSource):
     """A CSV text file (``categories`` fixed by :meth:`planned` unless given)."""
 
-    fs: AbstractFileSystem
-    path: str
     layout: CsvLayout
     rule: LabelRule
     categories: tuple[tuple[str, ...], ...] | None = None
-
-    @property
-    def name(self) -> str:
-        return display(self.fs, self.path)
-
-    def blocks(self, chunk_rows: int) -> Iterator[TextBlock]:
-        return text_blocks(self.fs, self.path, chunk_rows)
 
     def scan(self, block: TextBlock) -> Summary:
         rows = parse_csv(block, self.layout, self.rule, numeric=False)
