@@ -403,14 +403,10 @@ def _finish(summary: dict, t0: float, **fields) -> dict:
 
 # ----------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``nsdist retrain``."""
-    parser.add_argument("job", metavar="JOB", help="retrain job file (YAML; see conf/retrain.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="override a job key, e.g. retrain.tolerance=0.01 (repeatable)")
-    parser.add_argument("--scheduler", metavar="ADDRESS",
-                        help="address of a running Dask scheduler (tcp://host:8786) [cluster.scheduler]")
-    parser.add_argument("--summary", metavar="FILE",
-                        help="also write the JSON summary here (path or fsspec URL), atomically")
+    """The options of ``nsdist retrain`` (defined with the command line, :mod:`nsdist.cli`)."""
+    from .cli import add_retrain_arguments
+
+    add_retrain_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from nsdist.cli import load_rows, run_train
+from nsdist.run import load_rows, run_train
 from nsdist.jobs import load_job
 from nsdist.report import RunDir, measures_of, measures_table
 

@@ -21,7 +21,8 @@ from distributed import LocalCluster
 from PIL import Image
 
 from nsdist import metrics
-from nsdist.cli import _holdout, build_parser, load_rows
+from nsdist.cli import build_parser
+from nsdist.run import holdout_split, load_rows
 from nsdist.data import Dataset
 from nsdist.engine.chain import ChainProgress
 from nsdist.model import load_model
@@ -101,7 +102,7 @@ def test_metrics_json_equals_the_in_memory_measures(run):
     assert m["training"]["rows_seen"] > 0 and m["training"]["rows_per_second"] > 0 and m["training"]["passes"] == 2
     assert m["model"]["params"]["solver"] == "2pmb"
     model = load_model(str(run["out"] / "model"))
-    _, test = _holdout(Dataset.open(str(run["data"])), 0.3)
+    _, test = holdout_split(Dataset.open(str(run["data"])), 0.3)
     X, y = load_rows(test)
     expected = measures_of(y, model.decision_function(X), beta=0.1, k=m["evaluation"]["k"])
     assert {k: m["evaluation"][k] for k in MEASURES} == {k: expected[k] for k in MEASURES}

@@ -4,7 +4,7 @@ The driver (this script; ``train.sbatch`` runs it as a small SLURM job) starts
 a Dask scheduler in its own process, submits ``--jobs`` SLURM jobs of Dask
 workers with :class:`dask_jobqueue.SLURMCluster`, waits for them, and runs the
 job file on them exactly as ``nsdist train JOB --scheduler ADDRESS --out DIR``
-would (:func:`nsdist.cli.run_train`: ingest if needed, train, evaluate, write
+would (:func:`nsdist.run.run_train`: ingest if needed, train, evaluate, write
 the run directory ``DIR/model``, ``metrics.json``, ``learning_curve.png``,
 ``run.log``).  Every path must be on storage that the driver and all workers
 see: a shared filesystem (``/scratch``, ``$HOME``) or an fsspec URL (``s3://``).
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dask_jobqueue import SLURMCluster
     from distributed import Client
 
-    from nsdist.cli import run_train
+    from nsdist.run import run_train
     from nsdist.jobs import load_job
 
     with SLURMCluster(queue=args.queue, account=args.account, cores=args.cores, processes=args.cores,
