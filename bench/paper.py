@@ -39,8 +39,8 @@ Protocol (the seed's "Experimental Results" section, on the data in ``shared/dat
   reported ("CP" and "CP last"); the targets use the better of the two (by the
   test mean -- a choice that can only favour the baseline), except that a
   best iterate ``w = 0`` (no model beats the zero vector on the surrogate) is
-  not a model: constant scores get pAUC 0.5 from the ties rule, more than any
-  linear model reaches on a9a.
+  not a model: its test value is that of constant scores (pAUC
+  ``(m+1)/(2(n-+1))``, about ``beta/2``, by the ties rule of ``partial_auc``).
 * **Timing.**  Wall-clock seconds of ``fit`` minus the test scoring, one BLAS
   thread per process (``--jobs`` processes in parallel, each on whole splits).
 

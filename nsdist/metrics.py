@@ -23,10 +23,13 @@ The measures are computed from small pieces that an engine can apply to data
 it sees one partition at a time, and that give the same numbers as the
 in-memory functions on the same rows:
 
-* :func:`pair_credit` -- the AUC credit of a negative against all positives;
+* :func:`pair_credit` -- the AUC credit of a negative against all positives,
+  and :func:`pair_credit2`, the same doubled (an exact integer);
 * :func:`top_cut` and :func:`expected_top_sum` -- the top-``m`` selection
   with ties at the cut-off taken in expectation (the one copy of that logic);
 * :func:`n_top_negatives` -- ``m`` of partial AUC;
+* :func:`pauc_from_counts` -- partial AUC from integer counts around the
+  cut-off (the one copy of the straddling-tie rule);
 * :func:`pauc_from_sorted`, :func:`precision_from_sorted`,
   :func:`f1_from_counts` -- each measure from its sufficient statistics.
 
@@ -80,6 +83,25 @@ def pair_credit(sorted_pos_scores: np.ndarray, s: np.ndarray) -> np.ndarray:
     n_at_most = np.searchsorted(sorted_pos_scores, s, side="right")
     n_below = np.searchsorted(sorted_pos_scores, s, side="left")
     return (n_pos - n_at_most) + 0.5 * (n_at_most - n_below)
+
+
+def pair_credit2(sorted_pos_scores: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Twice :func:`pair_credit`, as exact integers.
+
+    ``2 #{i pos : s_i > s_j} + #{i pos : s_i == s_j}`` for each ``s_j``: sums
+    of these stay exact (no rounding) however many items are added, in any
+    order, so a streamed evaluation adds up the same integers as the
+    in-memory one.
+
+    Examples
+    --------
+    >>> pair_credit2(np.array([0.2, 0.5, 0.5, 0.9]), np.array([0.5, 1.0, 0.0]))
+    array([4, 0, 8])
+    """
+    n_pos = sorted_pos_scores.shape[0]
+    n_at_most = np.searchsorted(sorted_pos_scores, s, side="right").astype(np.int64)
+    n_below = np.searchsorted(sorted_pos_scores, s, side="left").astype(np.int64)
+    return 2 * n_pos - n_at_most - n_below
 
 
 def top_cut(scores_desc: np.ndarray, m: int) -> tuple[int, int]:
@@ -163,12 +185,53 @@ def n_top_negatives(beta: float, n_neg: int) -> int:
     return max(1, ceil9(beta * n_neg))
 
 
-def pauc_from_sorted(sorted_pos_scores: np.ndarray, neg_scores_desc: np.ndarray, m: int) -> float:
-    """Partial AUC against the ``m`` highest-scored negatives (SPEC §2).
+def pauc_from_counts(credit2_above: int, n_above: int, n_tied: int, pos_above: int, pos_tied: int,
+                     n_pos: int, m: int) -> float:
+    """Partial AUC from integer counts around the cut-off score ``t`` (SPEC §2).
 
-    ``pAUC = (1 / (n+ m)) E[sum_{j in J} credit(s_j)]`` with ``J`` the top ``m``
-    negatives and :func:`pair_credit` as ``credit``.  Every negative tied at
-    the cut value has the same credit, so the expectation is exact.
+    ``t`` is the ``m``-th highest negative score; ``a = n_above`` negatives
+    score above ``t`` and ``g = n_tied`` exactly ``t``, so ``J`` (the ``m``
+    highest-ranked negatives) holds the ``a`` and the first ``r = m - a`` of
+    the ``g`` in a uniformly random order of the items tied at ``t``
+    (``1 <= r <= g``).  Of the ``p = pos_tied`` positives also scoring ``t``,
+    each falls uniformly into one of the ``g + 1`` gaps between the tied
+    negatives, so the ``i``-th tied negative has ``p i / (g + 1)`` of them
+    above it in expectation::
+
+        E[sum_{i pos} sum_{j in J} [i ranked above j]]
+            = credit2_above / 2 + r * pos_above + p r (r + 1) / (2 (g + 1))
+
+    where ``credit2_above`` is the sum of :func:`pair_credit2` over the ``a``
+    negatives above ``t`` (their tied pairs count 1/2: those negatives are
+    in ``J`` whatever the order) and ``pos_above`` counts the positives
+    scoring above ``t``.  With ``r = g`` the last term is ``p g / 2``, the
+    1/2 rule.  The value is that sum over ``n+ m``, computed as one ratio of
+    Python integers, hence correctly rounded: equal inputs give the same
+    float whichever way the counts were gathered.
+
+    Examples
+    --------
+    Constant scores, 1 positive and 5 negatives, ``m = 2``:
+    ``(m + 1) / (2 (n- + 1)) = 3 / 12``:
+
+    >>> pauc_from_counts(0, n_above=0, n_tied=5, pos_above=0, pos_tied=1, n_pos=1, m=2)
+    0.25
+    """
+    a, g, p, P = int(n_above), int(n_tied), int(pos_tied), int(pos_above)
+    r = int(m) - a
+    if not 0 < r <= g:
+        raise ValueError(f"the cut-off must fall among the tied negatives: m = {m}, {a} above, {g} tied")
+    num = (g + 1) * (int(credit2_above) + 2 * r * P) + p * r * (r + 1)
+    return num / (2 * (g + 1) * int(n_pos) * int(m))
+
+
+def pauc_from_sorted(sorted_pos_scores: np.ndarray, neg_scores_desc: np.ndarray, m: int) -> float:
+    """Partial AUC against the ``m`` highest-ranked negatives (SPEC §2).
+
+    The expectation over a uniformly random order of the tied items of
+    ``(1 / (n+ m)) sum_{i pos} sum_{j in J} [i ranked above j]``; see
+    :func:`pauc_from_counts` for the rule where the cut-off falls inside a
+    group of tied items.
 
     Parameters
     ----------
@@ -184,10 +247,14 @@ def pauc_from_sorted(sorted_pos_scores: np.ndarray, neg_scores_desc: np.ndarray,
     -------
     float
     """
-    g, q = top_cut(neg_scores_desc, m)
-    credit = pair_credit(sorted_pos_scores, neg_scores_desc[: g + q])
-    top = expected_top_sum(credit[:g].sum(), credit[g:].sum(), g, q, m)
-    return top / (sorted_pos_scores.shape[0] * m)
+    n_above, n_tied = top_cut(neg_scores_desc, m)
+    t = neg_scores_desc[m - 1]
+    n_pos = sorted_pos_scores.shape[0]
+    pos_at_most = int(np.searchsorted(sorted_pos_scores, t, side="right"))
+    pos_below = int(np.searchsorted(sorted_pos_scores, t, side="left"))
+    credit2_above = int(pair_credit2(sorted_pos_scores, neg_scores_desc[:n_above]).sum())
+    return pauc_from_counts(credit2_above, n_above, n_tied, n_pos - pos_at_most, pos_at_most - pos_below,
+                            n_pos, m)
 
 
 def precision_from_sorted(scores_desc: np.ndarray, is_pos_desc: np.ndarray, k_top: int) -> float:
@@ -302,14 +369,18 @@ def partial_auc(y, s, beta: float = 0.1) -> float:
     """Partial AUC over the top ``beta`` fraction of negatives (SPEC §2).
 
     With ``m = ceil(beta * n-)`` (after rounding the product to 9 decimals) and
-    ``J`` the ``m`` highest-scored negatives::
+    ``J`` the ``m`` highest-ranked negatives::
 
-        pAUC = (1/(n+ m)) sum_{i pos} sum_{j in J} ([s_i > s_j] + 1/2 [s_i == s_j])
+        pAUC = (1/(n+ m)) sum_{i pos} sum_{j in J} [i ranked above j]
 
-    If negatives tie at the cut-off (``g`` score above the cut value ``v`` and
-    ``q`` score exactly ``v``), ``J`` holds the ``g`` and a uniformly random
-    ``m - g`` of the ``q``, and the value is the expectation (SPEC §1).
-    ``partial_auc(y, s, 1.0) == auc(y, s)``.
+    in expectation over a uniformly random order of the tied items (SPEC §1).
+    Let ``t`` be the ``m``-th highest negative score.  Pairs whose negative
+    scores above ``t`` count 1 if the positive scores higher and 1/2 if it
+    ties.  If ``g`` negatives and ``p`` positives score exactly ``t`` and
+    ``r`` of those negatives are in ``J``, their pairs with those positives
+    earn ``p r (r + 1) / (2 (g + 1))`` in all (``p g / 2`` when ``r = g``), so
+    constant scores give ``(m + 1) / (2 (n- + 1))``, about ``beta / 2``.
+    Exact, in O(n log n); ``partial_auc(y, s, 1.0) == auc(y, s)``.
 
     Parameters
     ----------
@@ -339,11 +410,12 @@ def partial_auc(y, s, beta: float = 0.1) -> float:
     >>> partial_auc([1, 0, 1, 0, 0], [0.9, 0.8, 0.3, 0.3, 0.1], beta=0.5)
     0.625
 
-    Here ``m = 2`` but three negatives tie at the top, each with credit 1/2
-    against the single positive:
+    Here ``m = 2`` but three negatives tie with the single positive at the
+    top: in a random order of the four, the first two negatives have on
+    average ``1/4`` and ``2/4`` of a positive above them, ``(3/4) / 2``:
 
     >>> partial_auc([1, 0, 0, 0, 0, 0], [5, 5, 5, 5, 1, 0], beta=0.4)
-    0.5
+    0.375
     """
     return _pauc(y, s, beta, "partial_auc")
 

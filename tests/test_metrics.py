@@ -62,11 +62,18 @@ def brute_auc(y: np.ndarray, s: np.ndarray) -> float:
 
 
 def brute_pauc(y: np.ndarray, s: np.ndarray, beta: float) -> float:
-    pos, neg = s[y], s[~y]
-    m = max(1, spec_ceil(beta * neg.size))
-    credit = brute_credit(pos, neg)
-    J = top_sets_over_all_orders(neg, m)
-    return float(np.mean(credit[J].sum(axis=1))) / (pos.size * m)
+    """pAUC averaged over every order of *all* items (positives and negatives alike).
+
+    In each order the items are ranked by (score, priority); ``J`` is the
+    ``m`` highest-ranked negatives and a pair counts 1 iff the positive is
+    ranked above the negative.
+    """
+    n = y.size
+    m = max(1, spec_ceil(beta * int((~y).sum())))
+    key = s[None, :] * n + all_orders(n)          # one row per order, all keys distinct
+    neg_keys = np.sort(key[:, ~y], axis=1)[:, ::-1][:, :m]
+    above = (key[:, y][:, :, None] > neg_keys[:, None, :]).sum(axis=(1, 2))
+    return float(np.mean(above)) / (int(y.sum()) * m)
 
 
 def brute_precision(y: np.ndarray, s: np.ndarray, K: int) -> float:
@@ -168,8 +175,9 @@ def test_hand_computed_values():
     y, s = [1, 0, 1, 0, 0], [0.9, 0.8, 0.3, 0.3, 0.1]
     assert auc(y, s) == 0.75                      # (3 + 0 + 1/2 + 1) / 6
     assert partial_auc(y, s, 0.5) == 0.625        # m = 2: (1 + 3/2) / 4
-    # m = 2 of three negatives tied at the top: (2 * 1/2) / (1 * 2)
-    assert partial_auc([1, 0, 0, 0, 0, 0], [5, 5, 5, 5, 1, 0], 0.4) == 0.5
+    # m = 2 of three negatives tied with the positive at the top: the first two of them
+    # (random order) have 1/4 and 2/4 of the positive above them: (3/4) / (1 * 2)
+    assert partial_auc([1, 0, 0, 0, 0, 0], [5, 5, 5, 5, 1, 0], 0.4) == 0.375
     # K = 3: one negative above, two of three tied (one positive) taken: (2/3) / 3
     assert precision_at_k([0, 1, 0, 0, 1], [9, 5, 5, 5, 0], 3) == pytest.approx(2 / 9, abs=1e-15)
     assert f1_score([1, 1, 0, 1, 0], [0.5, 2.0, 0.1, -1.0, 0.0]) == pytest.approx(2 / 3, abs=1e-15)
@@ -377,11 +385,15 @@ def histogram_measures(chunks, n_values: int, beta: float, K: int, t: int) -> di
 
     credit = above(pos) + 0.5 * pos               # credit of a negative scoring each value
     m = max(1, spec_ceil(beta * n_neg))
+    r = taken(neg, m)                             # negatives of J at each value
+    # r of the g tied negatives in J, in random order with the p tied positives:
+    # r * (positives above) + p r (r + 1) / (2 (g + 1))
+    pauc_pairs = r * above(pos) + pos * r * (r + 1) / (2 * (neg + 1))
     both = pos + neg
     tp = pos[t + 1:].sum()
     return {
         "auc": float((neg * credit).sum() / (n_pos * n_neg)),
-        "partial_auc": float((taken(neg, m) * credit).sum() / (n_pos * m)),
+        "partial_auc": float(pauc_pairs.sum() / (n_pos * m)),
         "precision_at_k": float((taken(both, K) * np.divide(pos, both, where=both > 0,
                                                             out=np.zeros_like(pos))).sum() / K),
         "f1_score": float(2 * tp / (2 * tp + neg[t + 1:].sum() + (n_pos - tp))),

@@ -9,10 +9,13 @@ workers.  Then:
    and ``n+``-th highest scores for Prec@k and PRBEP — are found by a
    distributed radix selection on the scores' order-preserving 64-bit keys
    (8 rounds of 256-bin histograms; only histograms travel);
-3. each partition counts, against the sorted positive scores, the pair
-   credits ``[s_i > s_j] + 1/2 [s_i = s_j]`` of its negatives and the items
-   above / at each cut; the driver adds them and applies the tie expectation
-   of SPEC §1 exactly as :mod:`nsdist.metrics` does.
+3. each partition counts, against the sorted positive scores, the doubled
+   pair credits ``2 [s_i > s_j] + [s_i = s_j]`` of its negatives (exact
+   integers: of all of them for AUC, of those above the pAUC cut-off for
+   pAUC) and the items above / at each cut; the driver adds them as Python
+   integers and applies the tie expectation of SPEC §1 through the same
+   functions as :mod:`nsdist.metrics` (:func:`~nsdist.metrics.pauc_from_counts`,
+   :func:`~nsdist.metrics.expected_top_sum`), so the numbers are identical.
 
 No step gathers the scores of the negatives on the driver.
 """
@@ -23,7 +26,7 @@ from distributed import Client
 
 from .._validation import check_beta, resolve_k
 from ..data import Dataset
-from ..metrics import expected_top_sum, f1_from_counts, n_top_negatives, pair_credit
+from ..metrics import expected_top_sum, f1_from_counts, n_top_negatives, pair_credit2, pauc_from_counts
 
 __all__ = ["evaluate_dataset", "cut_intercept_dataset", "check_both_classes", "sortable_keys"]
 
@@ -96,17 +99,18 @@ def _radix_select(client: Client, parts, ranks: list[int], items: list[str]) -> 
     return [_key_to_float(p) for p in prefixes]
 
 
-def _counts(part, sorted_pos: np.ndarray, v_neg: float, cuts: list[float], threshold: float) -> np.ndarray:
-    """Per partition: pair credits (all negatives; above / at the pAUC cut), counts at each cut, TP/FP."""
+def _counts(part, sorted_pos: np.ndarray, v_neg: float, cuts: list[float], threshold: float) -> list[int]:
+    """Per partition, as Python ints: doubled pair credits (all negatives; those above the pAUC cut),
+    negatives above / at the cut, counts at each other cut, TP/FP."""
     _, s, y = part
     neg, pos = s[y < 0], y > 0
-    credit = pair_credit(sorted_pos, neg)
+    credit2 = pair_credit2(sorted_pos, neg)
     top, tied = neg > v_neg, neg == v_neg
-    row = [credit.sum(), credit[top].sum(), credit[tied].sum(), top.sum(), tied.sum()]
+    row = [credit2.sum(), credit2[top].sum(), top.sum(), tied.sum()]
     for v in cuts:
         row += [(s > v).sum(), (pos & (s > v)).sum(), (s == v).sum(), (pos & (s == v)).sum()]
     row += [(pos & (s > threshold)).sum(), (~pos & (s > threshold)).sum()]
-    return np.asarray(row, dtype=np.float64)
+    return [int(x) for x in row]
 
 
 def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, *, beta: float = 0.1,
@@ -127,21 +131,26 @@ def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, 
         K = resolve_k(n_pos / n if k is None else k, n)
         v_neg, v_k, v_b = _radix_select(client, parts, [m, K, n_pos], ["neg", "all", "all"])
         pos_future = client.scatter(sorted_pos, broadcast=True)
-        tot = np.sum(client.gather(client.map(_counts, parts, sorted_pos=pos_future, v_neg=v_neg,
-                                              cuts=[v_k, v_b], threshold=threshold, pure=False)), axis=0)
+        rows = client.gather(client.map(_counts, parts, sorted_pos=pos_future, v_neg=v_neg,
+                                        cuts=[v_k, v_b], threshold=threshold, pure=False))
     finally:
         client.cancel(parts)
-    auc_credit, above, tied, g, q = tot[:5]
+    tot = [sum(column) for column in zip(*rows)]          # Python ints: exact at any size
+    auc_credit2, above_credit2, n_above, n_tied = tot[:4]
+    pos_at_most = int(np.searchsorted(sorted_pos, v_neg, side="right"))
+    pos_below = int(np.searchsorted(sorted_pos, v_neg, side="left"))
 
     def precision(K: int, n_above, pos_above, n_tied, pos_tied) -> float:
-        return expected_top_sum(pos_above, pos_tied, int(n_above), int(n_tied), K) / K
+        return expected_top_sum(pos_above, pos_tied, n_above, n_tied, K) / K
 
-    tp, fp = int(tot[13]), int(tot[14])
+    tp, fp = tot[12], tot[13]
     return {
-        "auc": float(auc_credit / (n_pos * n_neg)),
-        "partial_auc": expected_top_sum(above, tied, int(g), int(q), m) / (n_pos * m),
-        "precision_at_k": precision(K, *tot[5:9]),
-        "prbep": precision(n_pos, *tot[9:13]),
+        # the same rational as metrics.auc's, one correctly rounded ratio of integers
+        "auc": auc_credit2 / (2 * n_pos * n_neg),
+        "partial_auc": pauc_from_counts(above_credit2, n_above, n_tied, n_pos - pos_at_most,
+                                        pos_at_most - pos_below, n_pos, m),
+        "precision_at_k": precision(K, *tot[4:8]),
+        "prbep": precision(n_pos, *tot[8:12]),
         "f1_score": f1_from_counts(tp, fp, n_pos - tp),
         "n_rows": int(n), "n_positives": int(n_pos), "beta": beta, "k": int(K),
     }
