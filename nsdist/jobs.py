@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["JobError", "TrainJob", "DatasetSpec", "IngestSpec", "MeasureSpec", "SolverSpec", "ClusterSpec",
-           "OutputSpec", "load_job", "job_from_dict", "validate", "parse_overrides", "apply_overrides",
+           "OutputSpec", "load_job", "read_job_file", "safe_yaml", "job_from_dict", "validate", "parse_overrides", "apply_overrides",
            "default_run_dir"]
 
 
@@ -111,6 +111,12 @@ class MeasureSpec(_Section):
         None, description="Prec@k: a number of rows >= 1, or a fraction of the rows in (0, 1]")
     threshold: float = Field(0.0, description="score above which a row is labelled positive (F1 in the metrics)")
 
+    @model_validator(mode="after")
+    def _k_for_prec_at_k(self) -> "MeasureSpec":
+        if self.name == "prec@k" and self.k is None:
+            raise ValueError("k is required for prec@k (--k): a number of rows >= 1, or a fraction of the rows in (0, 1]")
+        return self
+
 
 class SolverSpec(_Section):
     """The optimiser; every key left out takes the estimator's default."""
@@ -184,6 +190,39 @@ def safe_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
+def read_job_file(path: str, what: str) -> dict:
+    """The mapping in a YAML job file, read with :func:`safe_yaml` (the one loader of job files).
+
+    ``what`` says what the file must hold (``"a job is a mapping of sections
+    (...)"``) when it holds something else.  An empty file is ``{}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    JobError
+        For a file that is not UTF-8, not valid YAML, uses anchors or
+        aliases, or is not a mapping.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise JobError(path, [f"not UTF-8 text (byte {exc.start}): a job file is YAML"]) from None
+    try:
+        raw = safe_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise JobError(path, [f"invalid YAML{where}: {problem}"]) from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise JobError(path, [f"{what}, got {_kind(raw)}"])
+    return raw
+
+
 def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
     """Read, override and validate a job file.
 
@@ -207,23 +246,8 @@ def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
     JobError
         For invalid YAML, bad overrides, or a job that does not validate.
     """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except UnicodeDecodeError as exc:
-        raise JobError(path, [f"not UTF-8 text (byte {exc.start}): a job file is YAML"]) from None
-    try:
-        raw = safe_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise JobError(path, [f"invalid YAML{where}: {problem}"]) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise JobError(path, [f"a job is a mapping of sections ({', '.join(TrainJob.model_fields)}), "
-                              f"got {_kind(raw)}"])
+    raw = read_job_file(path, "a job is a mapping of sections "
+                              f"({', '.join(TrainJob.model_fields)})")
     source = path + (" with --set" if overrides else "")
     raw = apply_overrides(raw, parse_overrides(overrides), source)
     output = raw.get("output") or {}
@@ -359,8 +383,9 @@ def _describe(errors: list[dict]) -> str:
         expected = first["ctx"]["expected"]
         given = first["input"]
         choices = [c.strip(" '") for c in expected.replace(" or ", ", ").split(",")]
-        near = difflib.get_close_matches(str(given), choices, n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
+        folded = {c.lower(): c for c in choices}
+        near = difflib.get_close_matches(str(given).lower(), list(folded), n=1, cutoff=0.6)
+        hint = f"; did you mean {folded[near[0]]!r}?" if near else ""
         return f"expected one of {expected}, got {given!r}{hint}"
     if first["type"] == "value_error":
         return first["msg"].removeprefix("Value error, ")

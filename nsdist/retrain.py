@@ -12,10 +12,17 @@ One run:
    manifest of the registry's newest version: partitions not seen before, or
    changed since, are *new*.  None: nothing is written (``no_new_data``).
 2. Take the registry's lock.  Another run holds it: exit 75, nothing written.
-3. Hold out the newest ``holdout_partitions`` new partitions (path order;
-   hive dates sort chronologically).  Neither model has seen them, so they are
-   a fair, deterministic exam; they are trained on at the next run (*pending*).
-4. Train the candidate on the pending and the other new partitions, or, with
+3. Hold out the newest ``holdout_partitions`` *fresh* partitions (path order;
+   hive dates sort chronologically): new paths, or paths held out by the last
+   run (*pending*).  A partition rewritten (or only touched) under a path seen
+   before is new and trained on, but never held out, since a model may have
+   trained on its earlier contents; when every new partition is such a one,
+   the run waits for a fresh one (``no_new_data``).  Neither model has seen the
+   held-out partitions, so they are a fair, deterministic exam; they are
+   trained on at the next run (*pending*).
+4. Train the candidate as ``nsdist train`` would train on the same job
+   (``dataset.standardize`` included), warm-started from the current model
+   (``warm_start``), on the pending and the other new partitions, or, with
    ``window_partitions`` / ``window_days``, on the newest partitions of the
    whole dataset except the held-out ones.
 5. Score the candidate and the current model on the held-out partitions by the
@@ -40,13 +47,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import __version__
 from .data import DataNotFoundError
 from .data.fs import display, resolve
-from .jobs import JobError, TrainJob, apply_overrides, job_from_dict, parse_overrides
+from .jobs import JobError, TrainJob, apply_overrides, job_from_dict, parse_overrides, read_job_file
 from .model import LinearModel, atomic_write_bytes, load_model
 from .registry import LockHeld, Registry
 from .report import MEASURE_KEYS, to_json
@@ -107,14 +113,8 @@ def load_retrain_job(path: str, overrides: Sequence[str] = ()) -> RetrainJob:
         One line per problem, naming the key path.
     """
     source = path + (" with --set" if overrides else "")
-    with open(path, encoding="utf-8") as fh:
-        try:
-            raw = yaml.safe_load(fh) or {}
-        except yaml.YAMLError as exc:
-            raise JobError(path, [f"invalid YAML: {' '.join(str(exc).split())}"]) from None
-    if not isinstance(raw, dict):
-        raise JobError(path, ["a retrain job is a mapping of sections (dataset, measure, solver, cluster, "
-                              "output, retrain)"])
+    raw = read_job_file(path, "a retrain job is a mapping of sections (dataset, measure, solver, cluster, "
+                              "output, retrain)")
     raw = apply_overrides(raw, parse_overrides(overrides), source)
     section = raw.pop("retrain", None) or {}
     job = job_from_dict(raw, source)
@@ -169,7 +169,10 @@ def plan(listing: dict[str, dict], manifest: dict, spec: RetrainSpec) -> Plan:
     """
     seen, pending = manifest.get("seen", {}), set(manifest.get("pending", []))
     new = [path for path, ident in listing.items() if seen.get(path) != ident]
-    holdout = new[-spec.holdout_partitions:] if new else []
+    # A rewritten (or touched) partition is new, but a model may have trained on its earlier contents:
+    # only fresh paths, and pending ones (held out before, so trained on by no model), can be the exam.
+    fresh = [path for path in new if path not in seen or path in pending]
+    holdout = fresh[-spec.holdout_partitions:] if fresh else []
     pool = [path for path in listing if path not in holdout]
     if spec.window_partitions is not None:
         train = pool[-spec.window_partitions:]
@@ -250,15 +253,20 @@ def _run_locked(rjob: RetrainJob, registry: Registry, ds, where: str, listing: d
     if not p.new:
         return {"status": "no_new_data", "message": "another run consumed the new partitions; nothing to do"}
     adopt = latest is None and spec.initial_model is not None
+    if not (p.holdout or adopt):
+        return {"status": "no_new_data", "message": f"{_count(len(p.new), 'partition')} changed since "
+                                                    f"seen ({', '.join(p.new)}) and none is fresh: a changed partition "
+                                                    "is never the exam, since the current model may have trained "
+                                                    "on it; waiting for a new partition"}
     if not (p.train or adopt):
-        return {"status": "no_new_data", "message": f"{len(p.new)} new partitions, all held out for "
+        return {"status": "no_new_data", "message": f"{_count(len(p.new), 'new partition')}, all held out for "
                                                     "evaluation; waiting for more before training"}
     version = registry.next_version()
     runlog = registry.version_dir(version).log()
     logging.getLogger("nsdist").addHandler(runlog)
     try:
-        log.info("nsdist %s retrain: %d new partitions in %s; registry %s, version %s",
-                 __version__, len(p.new), where, registry.url, version)
+        log.info("nsdist %s retrain: %s in %s; registry %s, version %s",
+                 __version__, _count(len(p.new), "new partition"), where, registry.url, version)
         record = {"version": version, "created": _now(), "nsdist": __version__, "dataset": where,
                   "new": p.new, "holdout": p.holdout, "train": p.train, "tolerance": spec.tolerance}
         if adopt:
@@ -341,6 +349,7 @@ def _compete(rjob: RetrainJob, registry: Registry, ds, names: list[str], p: Plan
     from . import api
     from .engine.cluster import connect
     from .estimator import NonDecomposableClassifier
+    from .run import train_options
 
     job, tolerance = rjob.job, rjob.retrain.tolerance
     train_ds, holdout_ds = _select(ds, names, p.train, "train"), _select(ds, names, p.holdout, "holdout")
@@ -350,14 +359,13 @@ def _compete(rjob: RetrainJob, registry: Registry, ds, names: list[str], p: Plan
                  memory_limit=cluster.memory_limit) as c:
         log.info("training the candidate on %d partitions (%d rows): %s", len(p.train), train_ds.num_rows,
                  ", ".join(p.train))
-        params = job.estimator_params()
+        options = train_options(job)       # what `nsdist train` passes for the same job
         incumbent = registry.load_model(incumbent_version) if incumbent_version is not None else None
         warm = (rjob.retrain.warm_start and incumbent is not None
-                and params.get("solver", NonDecomposableClassifier().solver) in ("1pmb", "2pmb"))
+                and options.get("solver", NonDecomposableClassifier().solver) in ("1pmb", "2pmb"))
         if warm:
             log.info("warm start from %s", incumbent_version)
-        model = api.train(train_ds, client=c, prefetch=cluster.prefetch, init_model=incumbent if warm else None,
-                          **params)
+        model = api.train(train_ds, client=c, init_model=incumbent if warm else None, **options)
         log.info("scoring on %d held-out partitions (%d rows): %s", len(p.holdout), holdout_ds.num_rows,
                  ", ".join(p.holdout))
         scores = {"candidate": api.evaluate(model, holdout_ds, client=c, threshold=job.measure.threshold)}
@@ -389,6 +397,11 @@ def _select(ds, names: list[str], paths: list[str], label: str):
     """``ds`` restricted to the partitions at ``paths`` (``names``: the relative path of each partition)."""
     keep = set(paths)
     return ds.select([part.index for part, name in zip(ds.partitions, names) if name in keep], label)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 partition``, ``2 partitions``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _now() -> str:

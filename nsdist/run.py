@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # importing them loads Dask, which reads its logging settings
     from .engine.chain import ChainProgress
 
 __all__ = ["run_train", "TrainRun", "predict_file", "load_rows", "holdout_split", "model_dir", "announce",
-           "RUN_LOG_ONLY"]
+           "RUN_LOG_ONLY", "train_options"]
 
 log = logging.getLogger("nsdist")
 
@@ -200,16 +200,26 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
             saved = time.monotonic()
 
     with TrainingBar(n_passes, enabled=None if progress else False) as bar:
-        model = api.train(train, client=client, prefetch=job.cluster.prefetch, checkpoint=run.checkpoint,
+        model = api.train(train, client=client, checkpoint=run.checkpoint,
                           checkpoint_every=job.output.checkpoint_every,
                           checkpoint_seconds=job.output.checkpoint_seconds, resume=resume,
-                          validation=validation, on_step=on_step, standardize=job.dataset.standardize,
-                          **params)
+                          validation=validation, on_step=on_step, **train_options(job))
     h = model.history
     log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
              h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),
              h.get("passes"), h.get("rows_per_second") or 0.0, h.get("final_loss") or math.nan)
     return model
+
+
+def train_options(job: TrainJob) -> dict:
+    """The keyword arguments of :func:`nsdist.train` that a job fixes: the model it asks for.
+
+    ``nsdist train`` and ``nsdist retrain`` both train with these (plus the
+    data, the client and, for ``train``, checkpoints and progress), so a
+    retrain candidate is the model ``nsdist train`` builds from the same job
+    on the same partitions.
+    """
+    return {"prefetch": job.cluster.prefetch, "standardize": job.dataset.standardize, **job.estimator_params()}
 
 
 def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Dataset, test: Dataset, role: str,

@@ -24,6 +24,7 @@ import yaml
 from nsdist.cli import main as cli_main
 from nsdist.model import LinearModel, load_model
 from nsdist.registry import LockHeld, Registry, RegistryLock
+from nsdist.jobs import JobError
 from nsdist.retrain import EXIT_LOCKED, RetrainSpec, load_retrain_job, plan, run_retrain
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,7 +194,96 @@ def test_plan_rewritten_partition_is_new_and_removed_ones_are_forgotten_for_trai
     state = plan(LISTING, {}, RetrainSpec()).manifest
     listing = {**{k: v for k, v in LISTING.items() if k != NAMES[5]}, NAMES[0]: _ident(99)}
     p = plan(listing, state, RetrainSpec())
-    assert (p.new, p.holdout, p.train) == ([NAMES[0]], [NAMES[0]], [])
+    # the rewritten partition is new and trained on, but never the exam: no fresh one, so no exam
+    assert (p.new, p.holdout, p.train) == ([NAMES[0]], [], [NAMES[0]])
+
+
+def test_plan_never_holds_out_a_partition_the_incumbent_may_have_trained_on():
+    """Issue 14 item 5: a rewritten (or touched) partition is not the exam, even when it sorts last."""
+    state = plan(dict(list(LISTING.items())[2:]), {}, RetrainSpec()).manifest   # days 3-6 seen, day 6 pending
+    trained_on = NAMES[2:5]
+    touched = {**LISTING, NAMES[4]: _ident(77)}                                 # day 5 rewritten, days 1-2 late
+    p = plan(touched, state, RetrainSpec())
+    assert p.new == [NAMES[0], NAMES[1], NAMES[4]]
+    assert p.holdout == [NAMES[1]] and not set(p.holdout) & set(trained_on)
+    assert p.train == [NAMES[0], NAMES[4], NAMES[5]]                            # pending day 6 is trained on now
+    # a rewritten pending partition (held out before: trained on by no model) may still be the exam
+    again = plan({**LISTING, NAMES[5]: _ident(66)}, state, RetrainSpec())
+    assert again.new == [NAMES[0], NAMES[1], NAMES[5]] and again.holdout == [NAMES[5]]
+
+
+def test_a_run_with_only_rewritten_partitions_waits_and_writes_nothing(scheduler, letter, tmp_path):
+    X, y = letter
+    stream, registry = tmp_path / "stream", tmp_path / "registry"
+    for day, start in zip((1, 2, 3), (0, 3000, 6000)):
+        arrive(stream, day, X[start:start + 3000], y[start:start + 3000])
+    job = write_job(tmp_path / "retrain.yaml", stream, registry, warm_start=False)
+    rjob = load_retrain_job(str(job), [f"cluster.scheduler={scheduler}"])
+    assert run_retrain(rjob)["status"] == "promoted"                # v0001 trained on days 1-2, exam day 3
+    day2 = stream / "date=2026-11-02" / "part-00000.parquet"
+    os.utime(day2, ns=(day2.stat().st_atime_ns, day2.stat().st_mtime_ns + 10**9))   # touched only
+    files = lambda: {k: v for k, v in snapshot(registry).items() if v[0] >= 0}  # noqa: E731 (the lock touches the dir)
+    before = files()
+    out = run_retrain(rjob)
+    assert out["status"] == "no_new_data" and "none is fresh" in out["message"]
+    assert files() == before
+    arrive(stream, 4, X[9000:12000], y[9000:12000])
+    out = run_retrain(rjob)
+    assert out["status"] in ("promoted", "refused")
+    assert out["holdout"] == ["date=2026-11-04/part-00000.parquet"]
+    assert "date=2026-11-02/part-00000.parquet" in out["train"]
+
+
+def test_retrain_candidate_is_the_model_nsdist_train_builds(scheduler, tmp_path):
+    """Issue 14 item 1: same job, same partitions -> the same model as ``nsdist train`` (standardised)."""
+    from nsdist.jobs import load_job
+    from nsdist.run import run_train
+
+    rows = np.loadtxt(LETTER, delimiter=",", dtype=str)
+    X = rows[:, 1:].astype(np.float64) * 10.0 + 3.0              # raw, unscaled features
+    y = np.where(rows[:, 0] == "N", 1, -1).astype(np.int8)
+    stream, registry, copy = tmp_path / "stream", tmp_path / "registry", tmp_path / "copy"
+    for day, start in zip((1, 2, 3), (0, 5000, 10000)):
+        arrive(stream, day, X[start:start + 5000], y[start:start + 5000])
+    job = write_job(tmp_path / "retrain.yaml", stream, registry)
+    out = run_retrain(load_retrain_job(str(job), [f"cluster.scheduler={scheduler}"]))
+    assert out["status"] == "promoted" and out["holdout"] == ["date=2026-11-03/part-00000.parquet"]
+    for name in out["train"]:                                    # the candidate's partitions, nothing else
+        (copy / name).parent.mkdir(parents=True)
+        (copy / name).write_bytes((stream / name).read_bytes())
+    raw = yaml.safe_load(job.read_text())
+    del raw["retrain"]
+    raw["dataset"]["url"], raw["output"]["dir"] = str(copy), str(tmp_path / "train-run")
+    train_job = tmp_path / "train.yaml"
+    train_job.write_text(yaml.safe_dump(raw))
+    built = run_train(load_job(str(train_job), [f"cluster.scheduler={scheduler}"]), progress=False).model
+    candidate = Registry(str(registry)).load_model(out["version"])
+    assert candidate.params["standardize"] is True and built.params["standardize"] is True
+    np.testing.assert_array_equal(candidate.coef, built.coef)
+    assert candidate.intercept == built.intercept
+
+
+def test_retrain_job_yaml_goes_through_the_guarded_loader(tmp_path):
+    """Issue 14 item 12: anchors/aliases and non-UTF-8 are refused in retrain jobs as in train jobs."""
+    job = tmp_path / "alias.yaml"
+    job.write_text("dataset: &d {url: s}\noutput: {dir: r}\nretrain: {tolerance: 0.1}\nx: *d\n")
+    with pytest.raises(JobError, match="anchors and aliases"):
+        load_retrain_job(str(job))
+    job.write_bytes(b"dataset: {url: \xff}\n")
+    with pytest.raises(JobError, match="not UTF-8"):
+        load_retrain_job(str(job))
+
+
+def test_scheduling_doc_lists_exactly_the_retrain_keys():
+    """Issue 14 item 12: the retrain keys in docs/scheduling.md are the schema's."""
+    import re
+
+    text = (REPO / "docs" / "scheduling.md").read_text()
+    documented = re.findall(r"^\| `retrain\.(\w+)` \| ([^|]+) \|", text, flags=re.M)
+    assert [k for k, _ in documented] == list(RetrainSpec.model_fields)
+    for key, default in documented:
+        stated = yaml.safe_load(default.strip().strip("`"))
+        assert stated == RetrainSpec.model_fields[key].default, key
 
 
 def test_plan_windows():
