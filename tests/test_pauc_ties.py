@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nsdist.metrics as metrics
+from nsdist.data import Dataset
 from nsdist.metrics import auc, partial_auc
 
 FAST = settings(max_examples=150, deadline=None, database=None)
@@ -265,14 +266,13 @@ def tied_dataset(tmp_path_factory):
 @pytest.mark.parametrize("w, b", [((1.0, 1.0), 0.0), ((2.0, 0.0), -1.0), ((0.0, 0.0), 0.0),
                                   ((1.0, 3.0), 0.5)], ids=["sum", "one-feature", "constant", "lexicographic"])
 def test_evaluate_dataset_equals_in_memory_on_heavy_ties(dask_client, tied_dataset, w, b):
-    from nsdist.api import open_dataset
     from nsdist.engine.evaluate import evaluate_dataset
 
     url, X, y = tied_dataset
     w = np.asarray(w)
     s = X @ w + b
     assert np.unique(s).size <= 9
-    ds = open_dataset(url)
+    ds = Dataset.open(url)
     for beta in (0.01, 0.1, 0.137, 0.5, 1.0):
         got = evaluate_dataset(dask_client, ds, w, b, beta=beta)
         assert got["partial_auc"] == partial_auc(y, s, beta), beta
@@ -286,7 +286,6 @@ def test_evaluate_dataset_equals_in_memory_on_heavy_ties(dask_client, tied_datas
 
 def test_evaluate_cut_straddles_a_mixed_group(dask_client, tmp_path):
     """A cut-off inside a group of tied positives and negatives spread over several partitions."""
-    from nsdist.api import open_dataset
     from nsdist.engine.evaluate import evaluate_dataset
 
     # scores are the single feature: 40 negatives at 3, then 200 negatives and 30 positives at 2,
@@ -297,7 +296,7 @@ def test_evaluate_cut_straddles_a_mixed_group(dask_client, tmp_path):
     perm = rng.permutation(s.size)
     s, y = s[perm], y[perm].astype(int)
     url = write_partitions(tmp_path / "straddle", s[:, None], y, 7)
-    got = evaluate_dataset(dask_client, open_dataset(url), np.array([1.0]), 0.0, beta=0.1)
+    got = evaluate_dataset(dask_client, Dataset.open(url), np.array([1.0]), 0.0, beta=0.1)
     n_neg = int((y < 0).sum())
     assert n_neg == 1000 and spec_m(0.1, n_neg) == 100
     n_pos = int((y > 0).sum())
@@ -305,3 +304,24 @@ def test_evaluate_cut_straddles_a_mixed_group(dask_client, tmp_path):
     # the 40 negatives at 3 and the 60 of J at 2 each have the pos_above positives above them
     expected = Fraction(100 * pos_above) + Fraction(30 * 60 * 61, 2 * 201)
     assert got["partial_auc"] == partial_auc(y, s, 0.1) == float(expected / (n_pos * 100))
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(st.integers(20, 300), st.integers(1, 4), st.integers(1, 4), st.sampled_from(BETAS),
+       st.randoms(use_true_random=False))
+def test_evaluate_dataset_equals_in_memory_on_random_tied_data(dask_client, tmp_path_factory, n, n_parts,
+                                                               n_levels, beta, random):
+    """Random data with 1-4 score levels over 1-4 partitions: every measure, exactly."""
+    from nsdist.engine.evaluate import evaluate_dataset
+
+    rng = np.random.default_rng(random.getrandbits(32))
+    y = np.where(rng.random(n) < rng.uniform(0.05, 0.6), 1, -1)
+    y[:2] = [1, -1]
+    s = rng.integers(0, n_levels, size=n).astype(np.float64)
+    url = write_partitions(tmp_path_factory.mktemp("random-ties"), s[:, None], y, min(n_parts, n))
+    got = evaluate_dataset(dask_client, Dataset.open(url), np.array([1.0]), 0.0, beta=beta, k=0.2)
+    assert got["partial_auc"] == partial_auc(y, s, beta)
+    assert got["auc"] == auc(y, s)
+    assert got["precision_at_k"] == metrics.precision_at_k(y, s, 0.2)
+    assert got["prbep"] == metrics.prbep(y, s)
+    assert got["f1_score"] == metrics.f1_score(y, s)
