@@ -243,9 +243,11 @@ def test_bad_input_leaves_existing_dst_untouched(tmp_path, dask_client, name, te
     assert (dst / "part-00000.parquet").read_bytes() == b"previous content"
 
 
-def test_warns_when_one_class_is_missing(repo_data, tmp_path, dask_client):
-    with pytest.warns(UserWarning, match="all 20000 rows are negative; check positive="):
+def test_one_class_is_an_error_naming_the_labels_found(repo_data, tmp_path, dask_client):
+    with pytest.raises(ValueError, match=r"all 20000 rows are negative, with positive=\['n'\]; the label values "
+                       r"found are 'A', 'B', .*'J', \.\.\.: a dataset needs both classes"):
         _letter(repo_data, tmp_path / "x", dask_client, positive="n")
+    assert not (tmp_path / "x").exists()
 
 
 def test_existing_dst_needs_overwrite(tmp_path, dask_client):

@@ -27,24 +27,22 @@ was and nothing else behind.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
 import os
 import posixpath
 import uuid
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from distributed import Client, Future, LocalCluster, as_completed
+from distributed import Client, Future, as_completed
 from fsspec.spec import AbstractFileSystem
 
+from nsdist._connect import connect
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import check_absent, resolve, staging_directory
@@ -123,9 +121,10 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     storage_options : mapping, optional
         fsspec options for both ``src`` and ``dst``.
     client : distributed.Client or scheduler address, optional
-        Where the tasks run. Default: an in-process ``LocalCluster``
-        (``processes=False``: one worker, up to 4 threads, logging silenced -
-        task errors are raised here), closed afterwards.
+        Where the tasks run. Default: the scheduler at ``DASK_SCHEDULER_ADDRESS``
+        if set, else an in-process ``LocalCluster`` (``processes=False``: one
+        worker, up to 4 threads, logging silenced - task errors are raised
+        here), closed afterwards (see :func:`nsdist.engine.cluster.connect`).
 
     Returns
     -------
@@ -160,10 +159,8 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     FileExistsError
         If ``dst`` exists and ``overwrite`` is false.
 
-    Warns
-    -----
-    UserWarning
-        If every row is negative (or every row positive): usually a wrong ``positive=``.
+        If every row is negative or every row positive (usually a wrong
+        ``positive=``), naming the label values found.
     """
     options = _Options.check(rows_per_partition, chunk_rows, shuffle, random_state, dtype)
     source = open_source(src, format=format, label_column=label_column, positive=positive,
@@ -178,9 +175,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         if n_rows == 0:
             raise ValueError(f"{source.name}: no rows to ingest")
         if positives in (0, n_rows):
-            warnings.warn(f"{source.name}: all {n_rows} rows are {'negative' if positives == 0 else 'positive'}"
-                          f"; check positive= ({source.describe()['label_mapping']['rule']})",
-                          UserWarning, stacklevel=2)
+            raise ValueError(_one_class(source, n_rows, positives, options.chunk_rows))
         sizes = partition_sizes(n_rows, options.partition_rows(len(source.feature_names)))
         counts = assign_rows([s.rows for s in summaries], sizes, shuffle=options.shuffle,
                              random_state=options.random_state)
@@ -200,6 +195,54 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         with fs.open(posixpath.join(staging, meta.SIDECAR), "w") as f:
             f.write(meta.dumps(sidecar, indent=1))
     return Dataset.open(dst, storage_options=storage_options)
+
+
+_FOUND_LIMIT = 10          # label values named in the error
+_FOUND_LINES = 2_000_000   # input lines read again to find them
+
+
+def _one_class(source: Source, n_rows: int, positives: int, chunk_rows: int) -> str:
+    """The error of an input whose rows are all of one class, naming the label values it holds."""
+    which = "negative" if positives == 0 else "positive"
+    mapping = source.describe()["label_mapping"]
+    if getattr(source, "rule", None) is None:     # Parquet input: labels are already +1/-1, 1/0 or bool
+        return (f"{source.name}: all {n_rows} rows are {which} (label column {mapping.get('column')!r}): "
+                "a dataset needs both classes")
+    found, complete = _label_values(source, chunk_rows)
+    shown = ", ".join(repr(v) for v in found[:_FOUND_LIMIT]) + (", ..." if len(found) > _FOUND_LIMIT else "")
+    where = "" if complete else f" in the first {_FOUND_LINES:,} lines"
+    rule = (f"positive={mapping['positive']}" if mapping.get("positive") is not None
+            else f"no positive= ({mapping['rule']})")
+    return (f"{source.name}: all {n_rows} rows are {which}, with {rule}; the label values found{where} are "
+            f"{shown or 'none'}: a dataset needs both classes, so pass positive= with the positive class's "
+            f"value(s)")
+
+
+def _label_values(source: Source, chunk_rows: int) -> tuple[list[str], bool]:
+    """The distinct raw label values of a text source (read again, here), and whether all were read."""
+    rule = getattr(source, "rule", None)
+    seen: set = set()
+
+    class Collect(type(rule)):
+        def classify(self, labels, where):
+            seen.update(v for v in pc.unique(labels).to_pylist() if v is not None)
+            return super().classify(labels, where)
+
+    collecting = replace(source, rule=Collect(rule.positive, rule.negative, rule.default))
+    lines = 0
+    for block in collecting.blocks(chunk_rows):
+        collecting.scan(block)
+        lines += len(block.lines)
+        if lines >= _FOUND_LINES:
+            return sorted(seen, key=_label_order), False
+    return sorted(seen, key=_label_order), True
+
+
+def _label_order(value: str):
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
 
 
 @dataclass(frozen=True)
@@ -318,23 +361,11 @@ class _Job:
                 "sha256": hashlib.sha256(data).hexdigest()}
 
 
-@contextlib.contextmanager
-def _dask_client(client: Client | str | None) -> Iterator[Client]:
-    """The given client, a client of the given scheduler, or a temporary in-process cluster."""
-    if isinstance(client, Client):
-        yield client
-    elif isinstance(client, str):
-        with Client(client, set_as_default=False) as connected:
-            yield connected
-    elif client is None:
-        threads = min(4, os.cpu_count() or 1)
-        with LocalCluster(processes=False, n_workers=1, threads_per_worker=threads,
-                          dashboard_address=":0", silence_logs=logging.CRITICAL) as cluster, \
-                Client(cluster, set_as_default=False) as local:
-            yield local
-    else:
-        raise ValueError(f"client must be a distributed.Client, a scheduler address or None, "
-                         f"got {client!r}")
+def _dask_client(client: Client | str | None):
+    """The given client, a client of the given (or ``DASK_SCHEDULER_ADDRESS``'s) scheduler, or a temporary
+    in-process cluster: :func:`nsdist._connect.connect`, the one connection logic of every entry point."""
+    return connect(client, processes=False, n_workers=1, threads_per_worker=min(4, os.cpu_count() or 1),
+                   quiet=True)
 
 
 def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> list:

@@ -1,0 +1,173 @@
+"""The one way every nsdist entry point reaches Dask: :func:`connect`.
+
+``train``, ``evaluate``, ``ingest``, ``retrain`` and the command line all get
+their client here, so ``DASK_SCHEDULER_ADDRESS``, the TLS check and the
+embedded cluster behave the same everywhere.  It lives at the package's base
+(like :mod:`nsdist._validation`) because both the data layer (``ingest``) and
+the engine use it and ``nsdist.data`` must not import ``nsdist.engine``;
+:mod:`nsdist.engine.cluster` re-exports it as the public name.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from distributed.security import Security
+
+__all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError"]
+
+log = logging.getLogger("nsdist.engine")
+
+
+class UnguardedScriptError(RuntimeError):
+    """A script would start worker processes from code that runs again when they import it."""
+
+
+@contextlib.contextmanager
+def connect(client: Client | str | None = None, *, n_workers: int | None = None,
+            memory_limit: str | int | None = "auto", security: Security | None = None, processes: bool = True,
+            threads_per_worker: int = 1, quiet: bool = False) -> Iterator[Client]:
+    """Yield a :class:`distributed.Client` for the job (SPEC §5).
+
+    Parameters
+    ----------
+    client : Client, str or None
+        ``None``: the scheduler at ``DASK_SCHEDULER_ADDRESS`` when it is set,
+        else an embedded :class:`~distributed.LocalCluster`, closed afterwards.
+        A string: connect to that scheduler address (``tcp://host:8786``,
+        ``tls://...``).  A ``Client``: used as is and left open.
+    n_workers, memory_limit, processes, threads_per_worker :
+        The embedded cluster: ``n_workers`` (default: one per core, at most 4)
+        worker processes of ``threads_per_worker`` threads, or with
+        ``processes=False`` workers in this process (what ``ingest`` uses).
+    security : distributed.security.Security, optional
+        TLS settings when connecting to an address (default: Dask's
+        ``distributed.comm.tls.*`` configuration).
+    quiet : bool
+        Embedded cluster: silence its logs.
+
+    Raises
+    ------
+    ValueError
+        For a ``tls://`` address when no client certificate is configured.
+    UnguardedScriptError
+        Before starting worker processes from a script's top-level code that
+        is not under ``if __name__ == "__main__":`` (the workers would run the
+        script again: see :func:`check_spawn_safe`).
+    """
+    from distributed import Client
+
+    if isinstance(client, Client):
+        yield client
+        return
+    if client is not None and not isinstance(client, str):
+        raise ValueError(f"client must be a distributed.Client, a scheduler address or None, got {client!r}")
+    address = client or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    if address:
+        check_tls(address, security)
+        log.info("connecting to the Dask scheduler at %s", address)
+        with Client(address, security=security, set_as_default=False) as c:
+            yield c
+        return
+    from distributed import LocalCluster
+
+    if processes:
+        check_spawn_safe()
+    n = n_workers or max(1, min(os.cpu_count() or 1, 4))
+    extra = {"silence_logs": logging.CRITICAL} if quiet else {}
+    with LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=processes,
+                      memory_limit=memory_limit, dashboard_address=":0", **extra) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        log.info("started an embedded LocalCluster with %d workers; dashboard: %s", n, c.dashboard_link)
+        yield c
+
+
+def check_tls(address: str, security: Security | None) -> None:
+    """Refuse a ``tls://`` address without a client certificate, saying how to give one.
+
+    (Dask itself fails later with a ``TypeError`` about a missing ``ssl_context``.)
+    """
+    if not address.startswith("tls://"):
+        return
+    from distributed.security import Security
+
+    tls = (security or Security()).get_tls_config_for_role("client")
+    if not (tls.get("ca_file") and tls.get("cert")):
+        raise ValueError(f"{address} is a TLS scheduler but no client certificate is configured: pass "
+                         "security=Security(tls_ca_file=..., tls_client_cert=..., tls_client_key=...), or set "
+                         "Dask's distributed.comm.tls.ca-file, .client.cert and .client.key (environment: "
+                         "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT, "
+                         "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY)")
+
+
+def check_spawn_safe() -> None:
+    """Refuse to start worker processes from a script's unguarded top-level code.
+
+    Dask's worker processes are *spawned*: each imports the main script again
+    (as ``__mp_main__``), running every top-level statement that is not under
+    ``if __name__ == "__main__":``.  Code there that starts a cluster (an
+    ingest, a training run) would run once per worker and fail with ~80 lines
+    about a nanny that failed to start.  This is checked before any process
+    starts: in a worker process, or when the main script's top-level line that
+    led here is not under the guard, :class:`UnguardedScriptError` says what to
+    write.  Interactive sessions, ``python -c`` and notebooks are not affected.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    line = _main_line(path) if path else None
+    if line is None:             # not called from the main script's top level (a function, a notebook, -c)
+        return
+    if getattr(main, "__name__", None) == "__mp_main__" or not _guarded(path, line):
+        raise UnguardedScriptError(_unguarded(path))
+
+
+def _unguarded(path: str) -> str:
+    return (f"{path} starts Dask worker processes from top-level code, which they re-run when they import the "
+            "script: put that code under `if __name__ == \"__main__\":` (or pass client=, a running "
+            "scheduler's address)")
+
+
+def _main_line(path: str) -> int | None:
+    """The line of the main script's top-level code being executed, if the call comes from there."""
+    target = os.path.realpath(path)
+    frame = sys._getframe(1)
+    line = None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == target:
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
+def _guarded(path: str, line: int) -> bool:
+    """Whether ``line`` of the script at ``path`` is in the body of an ``if __name__ == "__main__":``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True            # cannot tell: do not stand in the way
+    body, top = tree.body, True
+    while True:
+        stmt = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if stmt is None:          # the line is in the header of the enclosing statement (or nowhere)
+            return top
+        if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
+            return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmt.body)
+        inner = [getattr(stmt, name, None) or [] for name in ("body", "orelse", "finalbody", "handlers")]
+        body, top = [s for block in inner for s in block if hasattr(s, "lineno")], False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(consts) == 1
