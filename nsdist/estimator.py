@@ -1,104 +1,96 @@
-"""``NonDecomposableClassifier``: the scikit-learn face of the solvers (SPEC §6).
+"""``NonDecomposableClassifier``: the scikit-learn face of the solvers.
 
-It only validates, encodes labels and dispatches to :mod:`nsdist.solvers`;
-it holds no graph or Dask code (:mod:`nsdist.api` streams the same 1PMB/2PMB
-steps through Dask, reading the resolved settings from :meth:`_sgd_setup`).
+It only validates, encodes labels and runs the stream plan in memory; it holds
+no graph or Dask code.  The resolved settings are a
+:class:`~nsdist.solvers.config.TrainConfig`, which :func:`nsdist.train` (the Dask
+engine) and the CLI read too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from numbers import Integral, Real
+import time
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ._validation import check_beta, resolve_k
-from .losses.base import Loss
+from .solvers.config import DEFAULTS, SOLVERS, STREAMING, TrainConfig
 from .solvers.cp import cutting_plane
-from .solvers.defaults import BUFFER_SIZE, N_PASSES, default_eta
+from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl
-from .solvers.history import History, Recorder, Validate
-from .solvers.kernel import SGDState
-from .solvers.measure import MEASURES, cut_intercept, learns_intercept, make_loss, measure_function
-from .solvers.order import row_order
+from .solvers.history import History, HistoryRecord, Recorder, Validate
+from .solvers.kernel import SGDState, epoch_slices, run_epochs
+from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
+from .solvers.plan import Holdout, block_rows, schedule
 from .solvers.psg import psg
-from .solvers.sgd import Reservoir, model_of, one_pass_mb, rare_label, run_pass, two_pass_mb
+from .solvers.select import Selection
+from .solvers.sgd import Reservoir, drive, rare_label
 
-__all__ = ["NonDecomposableClassifier", "SOLVERS"]
+__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm"]
 
-#: the solvers (SPEC §4)
-SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
 _ONLINE = ("1pmb", "2pmb", "ftrl")
+_DTYPES = [np.float64, np.float32]
 
 
-@dataclass(frozen=True)
-class SGDSetup:
-    """Resolved training settings shared with the Dask engine.
-
-    ``fit_intercept`` is the *effective* flag: True only when the user asked
-    for an intercept and the measure learns one (F1, see
-    :func:`~nsdist.solvers.measure.learns_intercept`).
-    """
-
-    loss: Loss
-    eta: float
-    radius: float | None
-    fit_intercept: bool
-
-
-def _check_int(name: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
-
-def _check_positive(name: str, value, *, allow_none: bool) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= 0:
-        none = " or None" if allow_none else ""
-        raise ValueError(f"{name} must be a number > 0{none}, got {value!r}")
-
-
-def _check_choice(name: str, value, choices: tuple) -> None:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(repr, choices))}")
-
+def mean_sq_norm(X) -> float:
+    """``E||x||^2`` over the rows of ``X`` (dense or sparse): the natural step scale is its inverse."""
+    if X.shape[0] == 0:
+        return float("nan")
+    if sp.issparse(X):
+        return float(X.multiply(X).sum(dtype=np.float64) / X.shape[0])
+    return float(np.einsum("ij,ij->", X, X, dtype=np.float64) / X.shape[0])
 
 class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     """Linear scorer ``s(x) = w.x + b`` trained for a non-decomposable measure.
 
+    With the defaults, the fit chooses what is left unset from the training
+    rows: a validation part is set aside (``validation_fraction``), a
+    population of candidates (surrogates x five decades of step size) is
+    trained together in the same passes, the worse half is dropped at each
+    check, training stops when the exact measure on the validation rows stops
+    improving, and the best candidate is returned (``docs/solvers.md``
+    §Selection).  Setting ``eta`` and ``n_passes`` trains one model exactly as
+    in the paper.
+
     Parameters
     ----------
     measure : {"pauc", "auc", "prec@k", "prbep", "f1"}, default "pauc"
-        The measure to maximise (SPEC §2); :meth:`score` reports it.
+        The measure to maximise (docs/measures.md); :meth:`score` reports it.
     beta : float in (0, 1], default 0.1
         pAUC's false-positive range.
     k : int >= 1 or float in (0, 1], default None
         Prec@k's ``k`` (required for ``measure="prec@k"``).  Training buffers
         use the fraction ``k / n_train`` when ``k`` is an int; :meth:`score`
         uses ``k`` as given.
-    surrogate : {"hinge", "logistic", "squared_hinge"}, default "hinge"
+    surrogate : {"hinge", "logistic", "squared_hinge", "sigmoid"}, default None
         ``phi`` of the pairwise surrogates (pauc, auc); the structural measures
-        (prec@k, prbep, f1) take "hinge" only.
+        (prec@k, prbep, f1) take "hinge" only.  None: chosen in the fit among
+        :data:`~nsdist.solvers.config.PAIRWISE_SURROGATES` (pauc, auc), or among
+        the structural surrogate and the ranking candidates (prec@k, prbep, f1);
+        the hinge when ``eta`` and ``n_passes`` are both set.
     solver : {"1pmb", "2pmb", "ftrl", "psg", "cp"}, default "1pmb"
         Algorithm 1, Algorithm 2, eq. (FTRL), or the batch baselines
-        (projected subgradient, cutting plane); see :mod:`nsdist.solvers`.
+        (projected subgradient, cutting plane); see ``docs/solvers.md``.
     buffer_size : int >= 2, default 500
         Epoch / buffer length ``s`` (1PMB, 2PMB), batch size (FTRL).
     eta : float > 0, default None
-        Step-length scale ``eta`` (1PMB, 2PMB, PSG: step ``eta / sqrt(e)``) or
-        the regulariser of eq. (FTRL) (FTRL).  None: ``10 / d`` (pauc, auc) or
-        ``1000 / d`` (prec@k, prbep, f1) for standardised features, ``1`` for
-        FTRL (:func:`~nsdist.solvers.defaults.default_eta`, where the choice is explained).
+        Step-length scale (1PMB, 2PMB, PSG: step ``eta / sqrt(e)``) or the
+        regulariser of eq. (FTRL).  None: 1PMB/2PMB try ``c / E||x||^2`` for
+        ``c`` in 0.1 ... 1000 and keep the best on the validation rows; PSG and
+        FTRL use :func:`~nsdist.solvers.defaults.default_eta`.
     radius : float > 0, default None
         Radius of the L2 ball ``W`` the iterates are projected on (None: no projection).
     alpha : float > 0, default 1e-4
         CP's regularisation ``lambda`` (objective ``(lambda/2)||w||^2 + l(w)``).
-    n_passes : int >= 1, default 10
-        Passes of 1PMB/2PMB over the data (:meth:`partial_fit` makes one).
+    n_passes : int >= 1, default None
+        Passes of 1PMB/2PMB over the data, all of them (:meth:`partial_fit`
+        makes one).  None: early stopping on the validation measure, up to
+        ``max_passes``.
+    max_passes : int >= 1, default None
+        The pass budget of early stopping.  None: enough passes for 20 000
+        steps (at least 10).
     max_iter : int >= 1, default 200
         Iterations of PSG and CP, inner CP iterations per FTRL round.
     tol : float > 0, default 1e-3
@@ -106,17 +98,28 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     average : bool, default True
         Return the averaged iterate (Algorithms 1, 2; FTRL's averaged leaders;
         PSG's average) -- False: the last iterate (PSG: the best one).  CP
-        always returns its best iterate.
+        returns its last iterate (as SVMperf does).
     shuffle : bool, default True
         Randomise the stream order per pass (1PMB, 2PMB, FTRL).
     fit_intercept : bool, default True
-        F1: learn ``b``.  Ranking measures (their surrogates ignore ``b`` or
-        are linear in it): ``b`` puts :meth:`predict`'s threshold at the
-        measure's cut-off on the training scores
-        (:func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
+        F1: learn ``b``, or take the F1-optimal threshold on the validation
+        rows (plug-in) when that validates better.  Ranking measures: ``b``
+        puts :meth:`predict`'s threshold at the measure's cut-off (on the
+        validation rows when there are, else the training rows;
+        :func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
+    validation_fraction : float in [0, 1), default 0.1
+        Fraction of each class set aside for the selection (1PMB, 2PMB; by seed
+        and row position, at least one row of each class; never trained on).
+        0: no holdout -- then ``eta`` and ``n_passes`` must be set, or
+        ``X_val, y_val`` given to :meth:`fit`.
+    validation_max_rows : int, default 200000
+        Cap on the validation rows (both classes scaled down together).
+    n_iter_no_change : int >= 1, default 5
+        Checks without improvement before early stopping.
     random_state : int >= 0, default 0
-        Seed of every random order; the same seed and data give the same
-        model bit for bit (an int, so the order is the same on every machine).
+        Seed of every random order and of the holdout; the same seed and data
+        give the same model bit for bit (an int, so the order is the same on
+        every machine).
 
     Attributes
     ----------
@@ -126,25 +129,27 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         ``classes_[1]`` is the positive class (+1 for labels {-1, +1}, 1 for
         {0, 1}, True for bool; the larger label otherwise).
     n_features_in_ : int
+    config_ : TrainConfig
+        The resolved configuration (candidates, pass budget, check interval).
+    selection_ : list of dict or None
+        Every candidate with its validation value, steps at its best snapshot,
+        the check that dropped it and why, and which was selected.
+    validation_curve_ : list of dict
+        Per check: rows seen, steps, the best validation value, live candidates.
     history_ : History
-        Per epoch / round / iteration: time, rows seen, step, surrogate loss and
-        (with validation data) the measure.  The loss is the epoch buffer's
-        (1PMB, 2PMB), the training set's (PSG, CP), or the round's regret
-        penalty per arriving row (FTRL; :class:`~nsdist.solvers.ftrl.FTRL`).
+        Per epoch (fixed runs) or per check (selection runs): time, rows seen,
+        step, surrogate loss and the validation measure.
     n_iter_ : int
         Passes (1PMB, 2PMB; partial_fit calls), rounds (FTRL) or iterations (PSG, CP).
-
-    Notes
-    -----
-    Defaults are chosen for standardised features (e.g. behind a
-    ``StandardScaler``); ``bench/defaults.py`` documents how.
     """
 
     def __init__(self, measure: str = "pauc", *, beta: float = 0.1, k: int | float | None = None,
-                 surrogate: str = "hinge", solver: str = "1pmb", buffer_size: int = BUFFER_SIZE,
+                 surrogate: str | None = None, solver: str = "1pmb", buffer_size: int = 500,
                  eta: float | None = None, radius: float | None = None, alpha: float = 1e-4,
-                 n_passes: int = N_PASSES, max_iter: int = 200, tol: float = 1e-3, average: bool = True,
-                 shuffle: bool = True, fit_intercept: bool = True, random_state: int = 0) -> None:
+                 n_passes: int | None = None, max_passes: int | None = None, max_iter: int = 200,
+                 tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
+                 validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
+                 n_iter_no_change: int = 5, random_state: int = 0) -> None:
         self.measure = measure
         self.beta = beta
         self.k = k
@@ -155,55 +160,25 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.radius = radius
         self.alpha = alpha
         self.n_passes = n_passes
+        self.max_passes = max_passes
         self.max_iter = max_iter
         self.tol = tol
         self.average = average
         self.shuffle = shuffle
         self.fit_intercept = fit_intercept
+        self.validation_fraction = validation_fraction
+        self.validation_max_rows = validation_max_rows
+        self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
 
     # ------------------------------------------------------------------ setup
 
-    def _sgd_setup(self, n_features: int, n_samples: int | None = None) -> SGDSetup:
-        """Validate every parameter and resolve the loss, ``eta``, ``radius`` and intercept flag.
-
-        ``n_samples`` turns an int ``k`` into the fraction ``k / n_samples``
-        for the training buffers (left as is when None).
-        """
-        _check_choice("measure", self.measure, MEASURES)
-        _check_choice("solver", self.solver, SOLVERS)
-        check_beta(self.beta)
-        k = self.k
-        if self.measure == "prec@k" and k is not None:
-            if n_samples is not None:
-                resolve_k(k, n_samples)             # range check against the training set
-                if isinstance(k, Integral):
-                    k = k / n_samples
-        loss = make_loss(self.measure, beta=self.beta, k=k, surrogate=self.surrogate)
-        _check_int("buffer_size", self.buffer_size, 2)
-        _check_int("n_passes", self.n_passes, 1)
-        _check_int("max_iter", self.max_iter, 1)
-        _check_int("random_state", self.random_state, 0)
-        _check_positive("eta", self.eta, allow_none=True)
-        _check_positive("radius", self.radius, allow_none=True)
-        _check_positive("alpha", self.alpha, allow_none=False)
-        _check_positive("tol", self.tol, allow_none=False)
-        for name in ("average", "shuffle", "fit_intercept"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        eta = default_eta(self.solver, self.measure, n_features) if self.eta is None else float(self.eta)
-        return SGDSetup(loss, eta, self.radius, bool(self.fit_intercept) and learns_intercept(self.measure))
+    def config(self) -> TrainConfig:
+        """The parameters, validated (a ``ValueError`` naming the first bad one), not yet resolved."""
+        return TrainConfig.from_params(**{name: getattr(self, name) for name in DEFAULTS})
 
     def _measure_of(self, y: np.ndarray, s: np.ndarray) -> float:
-        """The chosen measure of scores ``s`` against ``{-1, +1}`` labels ``y``."""
         return measure_function(self.measure, beta=self.beta, k=self.k)(y, s)
-
-    def _model_params(self) -> dict:
-        """The parameters as plain JSON values (``eta`` resolved when fitted)."""
-        params = self.get_params()
-        if hasattr(self, "eta_"):
-            params["eta"] = self.eta_
-        return params
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
         """Labels as int8 ``{-1, +1}`` (``classes_[1]`` is +1)."""
@@ -223,30 +198,31 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y holds only one class ({classes[0]!r}); training needs both classes")
         self.classes_ = classes
 
-    def _validator(self, X_val, y_val) -> Validate | None:
-        """``(w, b) -> measure`` on the validation rows, or None."""
+    def _validation_rows(self, X_val, y_val):
         if X_val is None and y_val is None:
             return None
         if X_val is None or y_val is None:
             raise ValueError("give both X_val and y_val, or neither")
-        X_val = check_array(X_val, dtype=[np.float64, np.float32])
+        X_val = check_array(X_val, dtype=_DTYPES, accept_sparse="csr")
         if X_val.shape[1] != self.n_features_in_:
             raise ValueError(f"X_val has {X_val.shape[1]} features, X has {self.n_features_in_}")
         y_val = self._encode(np.asarray(y_val))
         if y_val.shape[0] != X_val.shape[0]:
             raise ValueError(f"y_val has {y_val.shape[0]} labels but X_val has {X_val.shape[0]} rows")
-        return lambda w, b: self._measure_of(y_val, X_val @ w.astype(X_val.dtype) + b)
+        return X_val, y_val
 
-    def _set_model(self, w: np.ndarray, b: float, X: np.ndarray, y: np.ndarray, setup: SGDSetup) -> None:
-        """``coef_``, ``intercept_``; a ranking model's intercept is its cut on ``(X, y)``.
-
-        Prec@k's cut uses the training ``k`` (an int ``k`` as the fraction of the first training set).
-        """
+    def _set_model(self, w: np.ndarray, b: float) -> None:
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
-        if not setup.fit_intercept:
-            k = setup.loss.params().get("k")
-            b = cut_intercept(self.measure, y, X @ w.astype(X.dtype), k=k) if self.fit_intercept else 0.0
         self.intercept_ = np.array([b], dtype=np.float64)
+
+    def _cut(self, cfg: TrainConfig, w: np.ndarray, b: float, X, y: np.ndarray) -> float:
+        """A ranking model's intercept: its measure's cut on ``(X, y)`` (F1 keeps its own)."""
+        if get_measure(cfg.measure).thresholded:
+            return b
+        if not cfg.fit_intercept:
+            return 0.0
+        s = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
+        return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
     # -------------------------------------------------------------------- fit
 
@@ -255,39 +231,130 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n, d), float32 or float64 (kept)
+        X : array-like or scipy.sparse CSR matrix of shape (n, d), float32 or float64 (kept)
         y : array-like of shape (n,), two classes
         X_val, y_val : optional
-            Validation rows; their measure is recorded in ``history_``.
+            Validation rows.  1PMB/2PMB select on them instead of a holdout
+            carved from ``(X, y)``; every solver records their measure in
+            ``history_``.
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
         self._set_classes(y)
         y = self._encode(y)
-        setup = self._sgd_setup(X.shape[1], X.shape[0])
-        self.eta_ = setup.eta
-        validate = self._validator(X_val, y_val)
-        common = dict(eta=setup.eta, radius=setup.radius, fit_intercept=setup.fit_intercept,
-                      average=self.average, validate=validate)
-        streamed = dict(buffer_size=self.buffer_size, shuffle=self.shuffle, random_state=self.random_state)
-        self._setup, self._rows, self._next_block = setup, X.shape[0], 1
-        if self.solver in ("1pmb", "2pmb"):
-            run = one_pass_mb if self.solver == "1pmb" else two_pass_mb
-            res = run(X, y, setup.loss, n_passes=self.n_passes, **streamed, **common)
-            w, b, self.history_, self.n_iter_ = res.coef, res.intercept, res.history, self.n_passes
-            self._state, self._reservoir = res.state, res.reservoir
-        elif self.solver == "psg":
-            res = psg(X, y, setup.loss, max_iter=self.max_iter, **common)
+        cfg = self.config()
+        validation = self._validation_rows(X_val, y_val)
+        self._rows, self._next_block = X.shape[0], 1
+        self.selection_, self.validation_curve_ = None, []
+        if cfg.streaming:
+            return self._fit_stream(cfg, X, y, validation)
+        self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
+        eta = default_eta(cfg.solver, cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)
+        loss = make_loss(cfg.measure, beta=cfg.beta, k=cfg.train_k, surrogate=cfg.surrogate or "hinge")
+        learn_b = cfg.fit_intercept and get_measure(cfg.measure).thresholded
+        validate = None
+        if validation is not None:
+            Xv, yv = validation
+            validate = lambda w, b: self._measure_of(yv, np.asarray(Xv @ w.astype(Xv.dtype)) + b)  # noqa: E731
+        if sp.issparse(X) and cfg.solver != "psg":
+            raise ValueError(f"solver={cfg.solver!r} needs dense X; sparse input trains with '1pmb', '2pmb' or 'psg'")
+        if cfg.solver == "psg":
+            res = psg(X, y, loss, eta=eta, radius=cfg.radius, fit_intercept=learn_b, average=cfg.average,
+                      max_iter=cfg.max_iter, validate=validate)
             w, b, self.history_, self.n_iter_ = res.coef, res.intercept, res.history, res.state.epoch
-        elif self.solver == "cp":
-            res = cutting_plane(X, y, setup.loss, lam=self.alpha, radius=setup.radius,
-                                fit_intercept=setup.fit_intercept, tol=self.tol, max_iter=self.max_iter,
-                                validate=validate)
+        elif cfg.solver == "cp":
+            res = cutting_plane(X, y, loss, lam=cfg.alpha, radius=cfg.radius, fit_intercept=learn_b,
+                                tol=cfg.tol, max_iter=cfg.max_iter, validate=validate)
             w, b, self.history_, self.n_iter_ = res.coef, res.intercept, res.history, res.n_iter
         else:
-            self._ftrl = ftrl(X, y, setup.loss, tol=self.tol, max_iter=self.max_iter, **streamed, **common)
+            self._ftrl = ftrl(X, y, loss, eta=eta, radius=cfg.radius, fit_intercept=learn_b,
+                              average=cfg.average, validate=validate, tol=cfg.tol, max_iter=cfg.max_iter,
+                              buffer_size=cfg.buffer_size, shuffle=cfg.shuffle, random_state=cfg.random_state)
             (w, b), self.history_, self.n_iter_ = self._ftrl.model(), self._ftrl.history, self._ftrl.t
-        self._set_model(w, b, X, y, setup)
+        self.eta_ = eta
+        self._set_model(w, self._cut(cfg, w, b, X, y))
         return self
+
+    def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation) -> "NonDecomposableClassifier":
+        """1PMB / 2PMB: the stream plan over block 0, with the selection when it applies."""
+        ids = np.arange(X.shape[0])
+        holdout = None
+        if validation is None and cfg.selects and cfg.validation_fraction > 0:
+            holdout = Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
+            mask = holdout.mask(y, ids)
+            validation = (X[np.flatnonzero(mask)], y[mask])
+        n_val = 0 if validation is None else validation[0].shape[0]
+        cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
+                          mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
+        self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
+        if len(cfg.candidates) == 1:
+            self.eta_ = cfg.candidates[0].eta
+        train = ids if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
+        reservoir, stream = None, None
+        if cfg.solver == "2pmb":
+            if np.unique(y[train]).shape[0] < 2:
+                raise ValueError("the training rows (after the validation holdout) hold one class; 2PMB needs both")
+            stream = -rare_label(y[train])
+            reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X)).offer(
+                X[train], y[train], train, cfg.random_state)
+        steps, checks = schedule([X.shape[0]], cfg.passes, random_state=cfg.random_state, shuffle=cfg.shuffle,
+                                 check_rows=cfg.check_rows)
+        population = cfg.population
+        selecting = cfg.selects and n_val > 0
+        record_epochs = not selecting
+        recorder = Recorder(None if selecting or validation is None else self._validator(validation))
+        selection = Selection.start(X.shape[1], len(population)) if selecting else None
+        last_loss = [float("nan")]
+
+        def run(state: SGDState, first: int, stop: int) -> SGDState:
+            for s in steps[first:stop]:
+                rows = block_rows(y, ids, pass_index=s.pass_index, block=0, random_state=cfg.random_state,
+                                  shuffle=cfg.shuffle, holdout=holdout, stream_label=stream)
+                state = self._run_rows(state, X, y, rows, cfg, recorder if record_epochs else None,
+                                       reservoir, last_loss)
+            return state
+
+        def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
+            state, stop = selection.check(cfg, state, *validation)
+            recorder.history.append(HistoryRecord(recorder.elapsed(), state.rows_seen, state.epoch,
+                                                  last_loss[0], selection.best))
+            return state, stop
+
+        state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
+                            check=check if selecting else None)
+        self._state, self._reservoir, self._holdout = state, reservoir, holdout
+        self.history_ = recorder.history
+        self.n_iter_ = done                      # passes: the training set is one block
+        if selecting:
+            self._selection = selection
+            self.selection_, self.validation_curve_ = selection.report(cfg), selection.curve
+            w, b = selection.model(cfg, *validation)
+        else:
+            w, b = state.model(0, cfg.average)
+            b = self._cut(cfg, w, b, X[train], y[train])
+        self._set_model(w, b)
+        return self
+
+    def _validator(self, validation) -> Validate:
+        Xv, yv = validation
+        return lambda w, b: self._measure_of(yv, np.asarray(Xv @ w.astype(Xv.dtype)) + b)
+
+    @staticmethod
+    def _run_rows(state: SGDState, X, y: np.ndarray, rows: np.ndarray, cfg: TrainConfig,
+                  recorder: Recorder | None, reservoir: Reservoir | None, last_loss: list) -> SGDState:
+        """The kernel over ``X[rows]``: one call per block, or per epoch when recording every epoch."""
+        res = None if reservoir is None else (reservoir.X, reservoir.y)
+        population = cfg.population
+        parts = [rows] if recorder is None else [rows[sl] for sl in epoch_slices(rows.shape[0], cfg.buffer_size)]
+        for idx in parts:
+            state, stats = run_epochs(state, X[idx], y[idx], population, buffer_size=cfg.buffer_size,
+                                      radius=cfg.radius, reservoir=res)
+            done = stats[~stats["skipped"]]
+            if done.size:
+                last_loss[0] = float(done["loss"].mean())
+                if recorder is not None:
+                    st = state
+                    recorder.record(st.epoch, st.rows_seen, last_loss[0], lambda: st.model(0, cfg.average))
+        return state
 
     def _is_online(self) -> bool:
         if self.solver not in _ONLINE:
@@ -300,17 +367,21 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         """Continue training on one more block of rows (from ``w = 0`` on the first call).
 
         Blocks are numbered in calling order, ``j = 0, 1, ...`` (a :meth:`fit`
-        counts as block 0).  1PMB: one pass over the block, continuing the
-        state (epoch counter, iterate sums); its rows go in
-        ``row_order(random_state, 0, j, n_j, shuffle)`` and epochs never span
-        calls, so with ``shuffle=False`` and block lengths that are multiples
-        of ``buffer_size`` the calls equal one :meth:`fit` pass over the
-        concatenated rows (``n_passes=1``).  2PMB: the block's rare-class rows
-        join the reservoir (keys by global row index over all calls; the rare
-        class is fixed by the first block), then the block's other-class rows
-        are streamed against it.  FTRL: one round, the block is ``Z_t``.  The
-        settings (``eta``, an int ``k``'s fraction ...) are those of the first
-        call.  A ranking model's intercept is its cut on the latest block.
+        counts as block 0), and each is one step of the stream plan
+        (:mod:`nsdist.solvers.plan`): 1PMB streams the block's rows in
+        ``row_order(seed, 0, j)``, continuing the state (epoch counter,
+        iterate sums); with ``shuffle=False`` and block lengths that are
+        multiples of ``buffer_size`` the calls equal one :meth:`fit` pass over
+        the concatenated rows.  2PMB: the block's rare-class rows join the
+        reservoir (keys by global row index over all calls; the rare class is
+        fixed by the first block), then its other-class rows are streamed
+        against it.  FTRL: one round, the block is ``Z_t``.
+
+        A population (``eta`` unset) holds out each block's own validation
+        rows (the same rule as :meth:`fit`, on the block), accumulates them up
+        to ``validation_max_rows``, and checks after every call; the model is
+        the best snapshot so far.  The settings (the candidates, an int ``k``'s
+        fraction ...) are those of the first call.
 
         Parameters
         ----------
@@ -319,51 +390,93 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         classes : array-like of shape (2,), optional
             Both labels; needed on the first call if that block has one class.
         """
-        first = not hasattr(self, "_setup")
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], reset=first)
+        first = not hasattr(self, "_state") and not hasattr(self, "_ftrl")
+        X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr", reset=first)
         if first:
             self._set_classes(np.asarray(classes) if classes is not None else y)
         y = self._encode(y)
         if first:
-            setup = self._setup = self._sgd_setup(X.shape[1], X.shape[0])
-            self.eta_, self.history_, self.n_iter_, self._rows, self._next_block = setup.eta, History(), 0, 0, 0
-            self._state = SGDState.zeros(X.shape[1])
-            if self.solver == "2pmb":
-                self._reservoir = Reservoir.empty(rare_label(y), self.buffer_size, X.shape[1], X.dtype)
-            if self.solver == "ftrl":
-                self._ftrl = FTRL(setup.loss, X.shape[1], eta=setup.eta, radius=setup.radius,
-                                  fit_intercept=setup.fit_intercept, tol=self.tol, max_iter=self.max_iter,
-                                  average=self.average)
-        setup = self._setup
-        if self.solver == "ftrl":
+            self._start_partial(X, y)
+        cfg = self.config_
+        if cfg.solver == "ftrl":
             self._ftrl.round(X, y)
             w, b = self._ftrl.model()
             self.history_ = self._ftrl.history
+            b = self._cut(cfg, w, b, X, y)
         else:
-            rows, reservoir = np.arange(X.shape[0]), None
-            if self.solver == "2pmb":
-                reservoir = self._reservoir = self._reservoir.offer(
-                    X, y, self._rows + np.arange(X.shape[0]), self.random_state)
-                rows = np.flatnonzero(y != reservoir.label)
-            rows = rows[row_order(self.random_state, 0, self._next_block, rows.shape[0], self.shuffle)]
-            self._state = run_pass(self._state, X, y, rows, setup.loss, buffer_size=self.buffer_size,
-                                   eta=setup.eta, radius=setup.radius, fit_intercept=setup.fit_intercept,
-                                   average=self.average, recorder=Recorder(history=self.history_),
-                                   reservoir=reservoir)
-            w, b = model_of(self._state, self.average)
+            w, b = self._partial_stream(cfg, X, y)
         self._rows += X.shape[0]
         self._next_block += 1
         self.n_iter_ += 1
-        self._set_model(w, b, X, y, setup)
+        self._set_model(w, b)
         return self
+
+    def _start_partial(self, X, y: np.ndarray) -> None:
+        cfg = self.config()
+        self._rows, self._next_block, self.n_iter_, self.history_ = 0, 0, 0, History()
+        self.selection_, self.validation_curve_, self._validation = None, [], None
+        if cfg.solver == "ftrl":
+            self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
+            eta = default_eta("ftrl", cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)
+            loss = make_loss(cfg.measure, beta=cfg.beta, k=cfg.train_k, surrogate=cfg.surrogate or "hinge")
+            self.eta_ = eta
+            self._ftrl = FTRL(loss, X.shape[1], eta=eta, radius=cfg.radius,
+                              fit_intercept=cfg.fit_intercept and get_measure(cfg.measure).thresholded,
+                              tol=cfg.tol, max_iter=cfg.max_iter, average=cfg.average)
+            return
+        ids = np.arange(X.shape[0])
+        n_val, norm = 0, None
+        if cfg.selects:
+            self._holdout_of = lambda yb, idb: Holdout.draw(yb, idb, cfg.random_state, cfg.validation_fraction,
+                                                            cfg.validation_max_rows)
+            mask = self._holdout_of(y, ids).mask(y, ids)
+            n_val, norm = int(mask.sum()), (mean_sq_norm(X[np.flatnonzero(mask)]) if mask.any() else None)
+        self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - n_val, mean_sq_norm=norm,
+                                         n_validation=n_val)
+        self.eta_ = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]
+        self._state = SGDState.zeros(X.shape[1], len(cfg.candidates))
+        self._selection = Selection.start(X.shape[1], len(cfg.candidates)) if cfg.selects else None
+        if cfg.solver == "2pmb":
+            self._reservoir = Reservoir.empty(rare_label(y), cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X))
+
+    def _partial_stream(self, cfg: TrainConfig, X, y: np.ndarray) -> tuple[np.ndarray, float]:
+        ids = self._rows + np.arange(X.shape[0])
+        holdout = self._holdout_of(y, ids) if cfg.selects else None
+        train = ids - self._rows if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
+        if holdout is not None and holdout.n_rows:
+            val = np.flatnonzero(holdout.mask(y, ids))
+            Xv, yv = X[val], y[val]
+            if self._validation is not None:
+                Xv = (sp.vstack([self._validation[0], Xv], format="csr") if sp.issparse(X)
+                      else np.concatenate([self._validation[0], Xv]))
+                yv = np.concatenate([self._validation[1], yv])
+            self._validation = (Xv[:cfg.validation_max_rows], yv[:cfg.validation_max_rows])
+        reservoir, stream = None, None
+        if cfg.solver == "2pmb":
+            reservoir = self._reservoir = self._reservoir.offer(X[train], y[train], ids[train], cfg.random_state)
+            stream = -reservoir.label
+        rows = block_rows(y, ids, pass_index=0, block=self._next_block, random_state=cfg.random_state,
+                          shuffle=cfg.shuffle, holdout=holdout, stream_label=stream)
+        recorder = Recorder(history=self.history_)
+        last = [float("nan")]
+        selecting = self._selection is not None and self._validation is not None
+        self._state = self._run_rows(self._state, X, y, rows, cfg, None if selecting else recorder, reservoir, last)
+        if selecting:
+            self._state, _ = self._selection.check(cfg, self._state, *self._validation)
+            self.history_.append(HistoryRecord(recorder.elapsed(), self._state.rows_seen, self._state.epoch,
+                                               last[0], self._selection.best))
+            self.selection_, self.validation_curve_ = self._selection.report(cfg), self._selection.curve
+            return self._selection.model(cfg, *self._validation)
+        w, b = self._state.model(0, cfg.average)
+        return w, self._cut(cfg, w, b, X[train], y[train])
 
     # ---------------------------------------------------------------- predict
 
     def decision_function(self, X) -> np.ndarray:
         """Scores ``X @ coef_ + intercept_``, shape (n,); positive means ``classes_[1]``."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        return (X @ self.coef_[0].astype(X.dtype) + self.intercept_[0]).astype(np.float64, copy=False)
+        X = validate_data(self, X, reset=False, dtype=_DTYPES, accept_sparse="csr")
+        return np.asarray(X @ self.coef_[0].astype(X.dtype) + self.intercept_[0]).astype(np.float64, copy=False)
 
     def predict(self, X) -> np.ndarray:
         """``classes_[1]`` where the score is positive, else ``classes_[0]``."""

@@ -44,8 +44,10 @@ class PartialAUCLoss(Loss):
     beta : float in (0, 1], default 0.1
         False-positive range ``[0, beta]``: the top ``m = ceil(beta * n-)`` negatives
         count (the same ``m`` as :func:`nsdist.metrics.partial_auc`).
-    surrogate : {"hinge", "logistic", "squared_hinge"}, default "hinge"
-        ``phi(c) = max(0, 1 - c)``, ``log(1 + exp(-c))`` or ``max(0, 1 - c)^2``.
+    surrogate : {"hinge", "logistic", "squared_hinge", "sigmoid"}, default "hinge"
+        ``phi(c) = max(0, 1 - c)``, ``log(1 + exp(-c))``, ``max(0, 1 - c)^2``, or
+        the bounded, non-convex squared hinge on squashed scores
+        (:func:`~nsdist.losses.pairs.sigmoid_pairs`).
 
     Notes
     -----
@@ -83,7 +85,7 @@ class AUCLoss(PartialAUCLoss):
 
     Parameters
     ----------
-    surrogate : {"hinge", "logistic", "squared_hinge"}, default "hinge"
+    surrogate : {"hinge", "logistic", "squared_hinge", "sigmoid"}, default "hinge"
     """
 
     name = "auc"

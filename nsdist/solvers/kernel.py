@@ -1,4 +1,4 @@
-"""The epoch kernel: one 1PMB/2PMB step per buffer, written once (SPEC §4, §5).
+"""The epoch kernel: one 1PMB/2PMB step per buffer for a population of models, written once.
 
 Algorithm 1 of the seed (1PMB), line 5, for epoch ``e = 1, 2, ...``::
 
@@ -6,25 +6,63 @@ Algorithm 1 of the seed (1PMB), line 5, for epoch ``e = 1, 2, ...``::
 
 and the returned model is the average of the iterates ``w_1 .. w_e``.
 :func:`run_epochs` applies that step to every epoch buffer of one block of
-rows.  The in-memory solvers call it on the whole (shuffled) training set, the
-Dask engine on each Parquet partition in turn, handing the :class:`SGDState`
-from partition to partition; nothing else updates a model.
+rows, for ``M`` candidate models at once (a :class:`Population`: each column
+of ``W`` has its own surrogate ``l_m`` and step scale ``eta_m``).  Per buffer
+it costs one ``S = X @ W`` and one ``G = X.T @ dS`` (``W`` of shape
+``d x M``), so a population reads its data once.  The in-memory solvers call
+it on the (shuffled) training rows, the Dask engine on each Parquet partition
+in turn, handing the :class:`SGDState` from partition to partition; nothing
+else updates a model.  ``X`` may be a dense array or a ``scipy.sparse`` CSR
+matrix: only ``X @ W`` and ``X.T @ dS`` touch it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import numpy as np
 
 from ..losses.base import Loss, weight_gradient
 
-__all__ = ["SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2"]
+__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2"]
 
-#: dtype of the per-epoch statistics returned by :func:`run_epochs`
+#: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
     [("epoch", "i8"), ("rows", "i8"), ("loss", "f8"), ("skipped", "?"), ("seconds", "f8")]
 )
+
+
+@dataclass(frozen=True)
+class Population:
+    """The candidates trained together: per column ``m`` of ``W``, a loss, a step scale, an intercept flag.
+
+    Attributes
+    ----------
+    losses : tuple of Loss
+        ``l_m``, the surrogate of candidate ``m``.
+    etas : tuple of float
+        ``eta_m``: candidate ``m`` steps ``eta_m / sqrt(e)``.
+    learn_b : tuple of bool
+        Candidate ``m`` learns an intercept (F1's own surrogate).
+    """
+
+    losses: tuple[Loss, ...]
+    etas: tuple[float, ...]
+    learn_b: tuple[bool, ...]
+
+    @classmethod
+    def single(cls, loss: Loss, eta: float, fit_intercept: bool = False) -> "Population":
+        """A population of one (explicit parameters: today's single model)."""
+        return cls((loss,), (float(eta),), (bool(fit_intercept),))
+
+    def __len__(self) -> int:
+        return len(self.losses)
+
+    def token(self) -> tuple:
+        """Plain data that identifies the population (for task keys and checkpoints)."""
+        return tuple((type(l).__name__, tuple(sorted(l.params().items())), e, b)
+                     for l, e, b in zip(self.losses, self.etas, self.learn_b))
 
 
 @dataclass
@@ -33,69 +71,85 @@ class SGDState:
 
     Attributes
     ----------
-    w : ndarray of shape (d,)
-        Current iterate ``w_e``.
-    b : float
-        Current intercept (unregularised, not projected).
-    w_sum, b_sum :
-        Sums of the iterates after each step, for the averaged model.
+    W : ndarray of shape (d, M)
+        Current iterates ``w_e`` of the ``M`` candidates (one per column).
+    b : ndarray of shape (M,)
+        Current intercepts (unregularised, not projected; 0 unless learned).
+    W_sum, b_sum :
+        Sums of the iterates after each step, for the averaged models.
+    alive : ndarray of bool, shape (M,)
+        Candidates still trained; the others are frozen (dropped by the selection).
     epoch : int
         Steps taken so far (``e``); skipped epochs do not count.
     skipped : int
-        Epochs skipped because their buffer lacked a class (SPEC §3).
+        Epochs skipped because their buffer lacked a class (docs/surrogates.md).
     rows_seen : int
         Rows streamed so far (reservoir rows of 2PMB not included).
     """
 
-    w: np.ndarray
-    b: float = 0.0
-    w_sum: np.ndarray = field(default=None)  # type: ignore[assignment]
-    b_sum: float = 0.0
+    W: np.ndarray
+    b: np.ndarray = field(default=None)  # type: ignore[assignment]
+    W_sum: np.ndarray = field(default=None)  # type: ignore[assignment]
+    b_sum: np.ndarray = field(default=None)  # type: ignore[assignment]
+    alive: np.ndarray = field(default=None)  # type: ignore[assignment]
     epoch: int = 0
     skipped: int = 0
     rows_seen: int = 0
 
     def __post_init__(self) -> None:
-        self.w = np.asarray(self.w, dtype=np.float64)
-        if self.w_sum is None:
-            self.w_sum = np.zeros_like(self.w)
+        W = np.asarray(self.W, dtype=np.float64)
+        self.W = W.reshape(-1, 1) if W.ndim == 1 else W
+        m = self.W.shape[1]
+        self.b = np.zeros(m) if self.b is None else np.asarray(self.b, dtype=np.float64).reshape(m)
+        self.W_sum = np.zeros_like(self.W) if self.W_sum is None else np.asarray(self.W_sum, np.float64).reshape(self.W.shape)
+        self.b_sum = np.zeros(m) if self.b_sum is None else np.asarray(self.b_sum, dtype=np.float64).reshape(m)
+        self.alive = np.ones(m, dtype=bool) if self.alive is None else np.asarray(self.alive, dtype=bool).reshape(m)
 
     @classmethod
-    def zeros(cls, d: int) -> "SGDState":
-        """The starting state ``w_0 = 0`` of Algorithms 1 and 2."""
-        return cls(w=np.zeros(d))
+    def zeros(cls, d: int, m: int = 1) -> "SGDState":
+        """The starting state ``w_0 = 0`` of Algorithms 1 and 2, for ``m`` candidates."""
+        return cls(W=np.zeros((d, m)))
 
-    def averaged(self) -> tuple[np.ndarray, float]:
-        """``(mean of w_1..w_e, mean of b_1..b_e)``; the current iterate if no step was taken."""
+    @property
+    def n_candidates(self) -> int:
+        return self.W.shape[1]
+
+    def averaged(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean of W_1..W_e, mean of b_1..b_e)``; the current iterates if no step was taken."""
         if self.epoch == 0:
-            return self.w.copy(), self.b
-        return self.w_sum / self.epoch, self.b_sum / self.epoch
+            return self.W.copy(), self.b.copy()
+        return self.W_sum / self.epoch, self.b_sum / self.epoch
+
+    def model(self, m: int, average: bool) -> tuple[np.ndarray, float]:
+        """``(w, b)`` of candidate ``m``: its averaged iterate, or its last one."""
+        if average and self.epoch > 0:
+            return self.W_sum[:, m] / self.epoch, float(self.b_sum[m] / self.epoch)
+        return self.W[:, m].copy(), float(self.b[m])
 
     def copy(self) -> "SGDState":
-        return replace(self, w=self.w.copy(), w_sum=self.w_sum.copy())
+        return replace(self, W=self.W.copy(), b=self.b.copy(), W_sum=self.W_sum.copy(),
+                       b_sum=self.b_sum.copy(), alive=self.alive.copy())
 
     def to_dict(self) -> dict:
-        """Plain data (lists and numbers) for checkpoints."""
+        """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
         return {
-            "w": self.w.tolist(), "b": self.b, "w_sum": self.w_sum.tolist(), "b_sum": self.b_sum,
-            "epoch": self.epoch, "skipped": self.skipped, "rows_seen": self.rows_seen,
+            "W": self.W.tolist(), "b": self.b.tolist(), "W_sum": self.W_sum.tolist(), "b_sum": self.b_sum.tolist(),
+            "alive": self.alive.tolist(), "epoch": self.epoch, "skipped": self.skipped, "rows_seen": self.rows_seen,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "SGDState":
-        return cls(
-            w=np.asarray(d["w"], dtype=np.float64), b=float(d["b"]),
-            w_sum=np.asarray(d["w_sum"], dtype=np.float64), b_sum=float(d["b_sum"]),
-            epoch=int(d["epoch"]), skipped=int(d["skipped"]), rows_seen=int(d["rows_seen"]),
-        )
+        return cls(W=np.asarray(d["W"], dtype=np.float64), b=d["b"], W_sum=np.asarray(d["W_sum"], np.float64),
+                   b_sum=d["b_sum"], alive=d["alive"], epoch=int(d["epoch"]), skipped=int(d["skipped"]),
+                   rows_seen=int(d["rows_seen"]))
 
 
 def project_l2(w: np.ndarray, radius: float | None) -> np.ndarray:
-    """``Proj_W(w)`` for ``W = {w : ||w||_2 <= radius}`` (identity for ``radius=None``)."""
+    """``Proj_W`` for ``W = {w : ||w||_2 <= radius}``, column by column (identity for ``radius=None``)."""
     if radius is None:
         return w
-    norm = float(np.sqrt(w @ w))
-    return w * (radius / norm) if norm > radius else w
+    norm = np.sqrt(np.einsum("ij,ij->j", w, w)) if w.ndim == 2 else float(np.sqrt(w @ w))
+    return w * np.where(norm > radius, radius / np.where(norm > 0, norm, 1.0), 1.0)
 
 
 def epoch_slices(n: int, buffer_size: int) -> list[slice]:
@@ -111,75 +165,81 @@ def epoch_slices(n: int, buffer_size: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def run_epochs(
-    state: SGDState,
-    X: np.ndarray,
-    y: np.ndarray,
-    loss: Loss,
-    *,
-    buffer_size: int,
-    eta: float,
-    radius: float | None = None,
-    fit_intercept: bool = True,
-    reservoir: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[SGDState, np.ndarray]:
-    """Run the 1PMB/2PMB step on every epoch buffer of one block of rows.
+def _stack(top, rows):
+    """``top`` rows followed by ``rows`` (dense or sparse)."""
+    if hasattr(rows, "tocsr"):
+        import scipy.sparse as sp
+        return sp.vstack([top, rows], format="csr")
+    return np.concatenate([top, rows])
+
+
+def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buffer_size: int,
+               radius: float | None = None,
+               reservoir: tuple[object, np.ndarray] | None = None) -> tuple[SGDState, np.ndarray]:
+    """Run the 1PMB/2PMB step on every epoch buffer of one block of rows, for every live candidate.
 
     Parameters
     ----------
     state : SGDState
-        Model handed in; not modified (a new state is returned).
-    X : ndarray of shape (n, d), float32 or float64
+        Models handed in; not modified (a new state is returned).
+    X : ndarray or scipy.sparse CSR matrix of shape (n, d), float32 or float64
         The block's rows, in stream order.
     y : ndarray of shape (n,)
         Labels in ``{-1, +1}``.
-    loss : Loss
-        The surrogate ``l``.
+    population : Population
+        Each candidate's surrogate ``l_m``, step scale ``eta_m`` and intercept flag.
     buffer_size : int
         Epoch length ``s``.
-    eta : float
-        Step-length scale; epoch ``e`` steps ``eta / sqrt(e)``.
     radius : float or None
         Radius of the L2 ball ``W`` (None: no projection).
-    fit_intercept : bool
-        Learn the intercept ``b`` (score ``w.x + b``) alongside ``w``.
     reservoir : (X_r, y_r) or None
-        2PMB: the rare-class reservoir, joined to every epoch buffer.
+        2PMB: the rare-class reservoir, joined in front of every epoch buffer.
 
     Returns
     -------
     state : SGDState
-        The model after the block.
+        The models after the block.
     stats : ndarray of dtype :data:`EPOCH_STATS`, one row per epoch
-        Loss before the step, buffer rows, skip flag and compute seconds.
+        Mean loss over the live candidates before the step, buffer rows, skip flag, seconds.
     """
     st = state.copy()
+    cols = np.flatnonzero(st.alive)
+    losses: Sequence[Loss] = [population.losses[c] for c in cols]
+    etas = np.asarray(population.etas, dtype=np.float64)[cols]
+    learn_b = np.asarray(population.learn_b, dtype=bool)[cols]
     slices = epoch_slices(X.shape[0], buffer_size)
     stats = np.zeros(len(slices), dtype=EPOCH_STATS)
-    if reservoir is not None:
-        X_r, y_r = reservoir
+    W, b = st.W[:, cols], st.b[cols]
+    with np.errstate(over="ignore", invalid="ignore"):   # a diverging candidate goes non-finite: the
+        W, b = _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_size, radius, reservoir)
+    st.W[:, cols], st.b[cols] = W, b
+    return st, stats
+
+
+def _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_size, radius, reservoir):
+    """The loop of :func:`run_epochs` (selection drops non-finite candidates at its next check)."""
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
         Xe, ye = X[sl], y[sl]
         if reservoir is not None:
-            Xe, ye = np.concatenate([X_r, Xe]), np.concatenate([y_r, ye])
+            Xe, ye = _stack(reservoir[0], Xe), np.concatenate([reservoir[1], ye])
         st.rows_seen += sl.stop - sl.start
         n_pos = int(np.count_nonzero(ye > 0))
-        if n_pos == 0 or n_pos == ye.shape[0]:
+        if n_pos == 0 or n_pos == ye.shape[0] or cols.size == 0:
             st.skipped += 1
             stats[i] = (st.epoch, ye.shape[0], 0.0, True, time.perf_counter() - t0)
             continue
-        s = Xe @ st.w.astype(Xe.dtype, copy=False)
-        if fit_intercept:
-            s = s + Xe.dtype.type(st.b)
-        value, dscore = loss.value_and_dscore(s, ye)
+        S = np.asarray(Xe @ W.astype(Xe.dtype, copy=False), dtype=np.float64)
+        S += b
+        dS = np.empty_like(S)
+        values = np.empty(cols.size)
+        for j, loss in enumerate(losses):
+            values[j], dS[:, j] = loss.value_and_dscore(S[:, j], ye)
         st.epoch += 1
-        step = eta / np.sqrt(st.epoch)
-        grad = weight_gradient(Xe, dscore)
-        st.w = project_l2(st.w - step * grad, radius)
-        if fit_intercept:
-            st.b -= step * float(dscore.sum())
-        st.w_sum += st.w
-        st.b_sum += st.b
-        stats[i] = (st.epoch, ye.shape[0], value, False, time.perf_counter() - t0)
-    return st, stats
+        step = etas / np.sqrt(st.epoch)
+        W = project_l2(W - weight_gradient(Xe, dS) * step, radius)
+        b = b - np.where(learn_b, step * dS.sum(axis=0), 0.0)
+        st.W_sum[:, cols] += W
+        st.b_sum[cols] += b
+        stats[i] = (st.epoch, ye.shape[0], float(values.mean()), False, time.perf_counter() - t0)
+    return W, b

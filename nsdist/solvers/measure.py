@@ -1,26 +1,32 @@
-"""What a measure name stands for: its surrogate loss, its metric and its cut-off.
+"""The one table of measures: name -> surrogate, metric, result key, intercept rule.
 
-=========  ==========================================  ==========================
-measure    surrogate (:func:`nsdist.losses.get`)        metric (:mod:`nsdist.metrics`)
-=========  ==========================================  ==========================
-"pauc"     ``"pauc"`` (beta, surrogate)                 ``partial_auc(y, s, beta)``
-"auc"      ``"auc"`` (surrogate)                        ``auc(y, s)``
-"prec@k"   ``"prec@k"`` (k)                             ``precision_at_k(y, s, k)``
-"prbep"    ``"prbep"``                                  ``prbep(y, s)``
-"f1"       ``"f1"``                                     ``f1_score(y, s, 0.0)``
-=========  ==========================================  ==========================
+=========  ==============================  ==========================  ================  ==========
+measure    own surrogate                   metric (:mod:`nsdist.metrics`)  result key       threshold
+=========  ==============================  ==========================  ================  ==========
+"pauc"     ``"pauc"`` (beta, surrogate)    ``partial_auc(y, s, beta)``  ``partial_auc``    cut
+"auc"      ``"auc"`` (surrogate)           ``auc(y, s)``                ``auc``            cut
+"prec@k"   ``"prec@k"`` (k)                ``precision_at_k(y, s, k)``  ``precision_at_k`` cut
+"prbep"    ``"prbep"``                     ``prbep(y, s)``              ``prbep``          cut
+"f1"       ``"f1"``                        ``f1_score(y, s, 0.0)``      ``f1_score``       learned
+=========  ==============================  ==========================  ================  ==========
 
 Only F1 looks at the sign of the scores; the other four measures are *ranking*
 measures, unchanged when every score moves by the same amount.  Their
 surrogates either ignore an intercept (pAUC, AUC, PRBEP: ``sum(dl/ds) = 0``) or
 are linear in it (Prec@k with ``K != n+``: ``sum(dl/ds) = 2 (K - n+) / n``, so a
 learned intercept would drift without bound).  The solvers therefore learn an
-intercept for F1 only (:func:`learns_intercept`); a ranking model gets its
-intercept from :func:`cut_intercept`, which places ``predict``'s threshold at
-the measure's own cut-off on the training scores.
+intercept for F1's own surrogate only (:func:`learns_intercept`); a ranking
+model gets its intercept from :func:`cut_intercept`, which places
+``predict``'s threshold at the measure's own cut-off.
+
+``pairwise`` marks the measures whose own surrogate is a pairwise one
+(``phi`` of score differences; ``surrogate`` selects ``phi``); the others use a
+structural surrogate (Joachims 2005).  Definitions: ``docs/measures.md``,
+``docs/surrogates.md``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -29,15 +35,64 @@ from .. import losses, metrics
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 
-__all__ = ["MEASURES", "make_loss", "measure_function", "learns_intercept", "cut_intercept"]
+__all__ = ["Measure", "MEASURES", "get_measure", "make_loss", "measure_function", "learns_intercept",
+           "cut_intercept", "result_key"]
 
-#: the measures a model can be trained for
-MEASURES = ("pauc", "auc", "prec@k", "prbep", "f1")
+Metric = Callable[[np.ndarray, np.ndarray], float]
 
-def _check_measure(measure) -> str:
-    if measure not in MEASURES:
-        raise ValueError(f"unknown measure {measure!r}; valid: {', '.join(map(repr, MEASURES))}")
-    return measure
+
+@dataclass(frozen=True)
+class Measure:
+    """What a measure name stands for (one row of the module's table).
+
+    Attributes
+    ----------
+    name : str
+        ``"pauc"``, ``"auc"``, ``"prec@k"``, ``"prbep"`` or ``"f1"``.
+    result_key : str
+        Its key in :func:`nsdist.evaluate`'s result and in ``metrics.json``.
+    pairwise : bool
+        Its own surrogate is pairwise (``phi`` selectable) rather than structural.
+    thresholded : bool
+        The measure looks at ``s > 0`` (F1): the model's intercept matters,
+        and is learned or placed by the plug-in rule; otherwise the intercept is
+        the measure's cut (:func:`cut_intercept`).
+    """
+
+    name: str
+    result_key: str
+    pairwise: bool
+    thresholded: bool
+
+    def loss(self, *, beta: float = 0.1, k: int | float | None = None, surrogate: str = "hinge") -> Loss:
+        """The measure's own surrogate loss (see :func:`make_loss`)."""
+        return make_loss(self.name, beta=beta, k=k, surrogate=surrogate)
+
+    def metric(self, *, beta: float = 0.1, k: int | float | None = None) -> Metric:
+        """``P(y, s)`` with the parameters bound (see :func:`measure_function`)."""
+        return measure_function(self.name, beta=beta, k=k)
+
+
+#: the measures a model can be trained for, by name
+MEASURES: dict[str, Measure] = {m.name: m for m in (
+    Measure("pauc", "partial_auc", pairwise=True, thresholded=False),
+    Measure("auc", "auc", pairwise=True, thresholded=False),
+    Measure("prec@k", "precision_at_k", pairwise=False, thresholded=False),
+    Measure("prbep", "prbep", pairwise=False, thresholded=False),
+    Measure("f1", "f1_score", pairwise=False, thresholded=True),
+)}
+
+
+def get_measure(measure) -> Measure:
+    """The table row of ``measure``; a clear ``ValueError`` (with a suggestion) for an unknown name."""
+    if isinstance(measure, Measure):
+        return measure
+    if not isinstance(measure, str) or measure not in MEASURES:
+        hint = ""
+        if isinstance(measure, str) and measure.lower() in MEASURES:
+            hint = f" (did you mean {measure.lower()!r}?)"
+        raise ValueError(f"unknown measure {measure!r}{hint}; valid: {', '.join(map(repr, MEASURES))}")
+    return MEASURES[measure]
 
 
 def make_loss(measure: str, *, beta: float = 0.1, k: int | float | None = None,
@@ -51,7 +106,7 @@ def make_loss(measure: str, *, beta: float = 0.1, k: int | float | None = None,
         pAUC's false-positive range (checked for every measure).
     k : int >= 1 or float in (0, 1]
         Prec@k's ``k`` (required for ``"prec@k"``, ignored otherwise).
-    surrogate : {"hinge", "logistic", "squared_hinge"}
+    surrogate : {"hinge", "logistic", "squared_hinge", "sigmoid"} (see :data:`nsdist.losses.SURROGATES`)
         ``phi`` of the pairwise surrogates (pauc, auc).  The structural
         surrogates (prec@k, prbep, f1) are hinge-type by construction
         (Joachims 2005) and accept only ``"hinge"``.
@@ -62,48 +117,52 @@ def make_loss(measure: str, *, beta: float = 0.1, k: int | float | None = None,
         Unknown measure or surrogate, bad ``beta`` or ``k``, a non-hinge
         surrogate for a structural measure.
     """
-    _check_measure(measure)
+    m = get_measure(measure)
     beta = check_beta(beta)
     if surrogate not in losses.SURROGATES:
         raise ValueError(f"unknown surrogate {surrogate!r}; valid: {', '.join(map(repr, losses.SURROGATES))}")
-    if measure == "pauc":
+    if m.name == "pauc":
         return losses.get("pauc", beta=beta, surrogate=surrogate)
-    if measure == "auc":
+    if m.name == "auc":
         return losses.get("auc", surrogate=surrogate)
     if surrogate != "hinge":
         raise ValueError(f"surrogate={surrogate!r} applies to the pairwise measures (pauc, auc) only; "
-                         f"measure={measure!r} uses the structural hinge surrogate: leave surrogate='hinge'")
-    if measure == "prec@k":
+                         f"measure={m.name!r} uses the structural hinge surrogate: leave surrogate unset")
+    if m.name == "prec@k":
         if k is None:
             raise ValueError("measure='prec@k' needs k (an int >= 1 or a float in (0, 1])")
         return losses.get("prec@k", k=k)
-    return losses.get(measure)
+    return losses.get(m.name)
 
 
-def measure_function(measure: str, *, beta: float = 0.1,
-                     k: int | float | None = None) -> Callable[[np.ndarray, np.ndarray], float]:
+def measure_function(measure: str, *, beta: float = 0.1, k: int | float | None = None) -> Metric:
     """``P(y, s)``: the :mod:`nsdist.metrics` function of ``measure`` with its parameters bound."""
-    _check_measure(measure)
-    if measure == "pauc":
+    name = get_measure(measure).name
+    if name == "pauc":
         return lambda y, s: metrics.partial_auc(y, s, beta)
-    if measure == "auc":
+    if name == "auc":
         return metrics.auc
-    if measure == "prec@k":
+    if name == "prec@k":
         return lambda y, s: metrics.precision_at_k(y, s, k)
-    if measure == "prbep":
+    if name == "prbep":
         return metrics.prbep
     return lambda y, s: metrics.f1_score(y, s, threshold=0.0)
 
 
+def result_key(measure: str) -> str:
+    """The key of ``measure`` in evaluation results (``"pauc"`` -> ``"partial_auc"``)."""
+    return get_measure(measure).result_key
+
+
 def learns_intercept(measure: str) -> bool:
-    """True when the solvers should learn an intercept for ``measure`` (F1 only; see module doc)."""
-    return _check_measure(measure) == "f1"
+    """True when the measure's own surrogate learns an intercept (F1 only; see module doc)."""
+    return get_measure(measure).thresholded
 
 
 def cut_intercept(measure: str, y: np.ndarray, s: np.ndarray, *, k: int | float | None = None) -> float:
     """Intercept that puts the decision threshold of a ranking model at its measure's cut-off.
 
-    The ``c`` highest training scores get ``s + b > 0``: ``c = K`` for Prec@k
+    The ``c`` highest scores get ``s + b > 0``: ``c = K`` for Prec@k
     (``K`` resolved on these ``n`` rows, as :func:`nsdist.metrics.precision_at_k`
     does), ``c = n+`` otherwise (the break-even cut of PRBEP, also used for
     pAUC and AUC, whose measures have no threshold of their own).  With the
@@ -114,7 +173,7 @@ def cut_intercept(measure: str, y: np.ndarray, s: np.ndarray, *, k: int | float 
     ----------
     measure : one of the ranking measures ("pauc", "auc", "prec@k", "prbep")
     y : ndarray of shape (n,), labels in {-1, +1}
-    s : ndarray of shape (n,), training scores ``X @ w``
+    s : ndarray of shape (n,), scores ``X @ w``
     k : Prec@k's ``k``
     """
     if learns_intercept(measure):

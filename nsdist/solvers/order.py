@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["block_order", "row_order", "reservoir_keys", "top_k_indices"]
+__all__ = ["block_order", "row_order", "reservoir_keys", "holdout_keys", "top_k_indices"]
 
 
 def block_order(random_state: int, pass_index: int, n_blocks: int, shuffle: bool = True) -> np.ndarray:
@@ -38,19 +38,34 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+def _splitmix64(random_state: int, row_ids: np.ndarray, salt: int) -> np.ndarray:
+    """splitmix64 of ``(seed, salt, id)``: a bijection of the ids for a fixed seed and salt."""
+    ids = np.asarray(row_ids, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        offset = np.uint64(random_state & 0xFFFFFFFFFFFFFFFF) * _M2 + np.uint64(salt) * _M1 + _GOLDEN
+        z = ids * _GOLDEN + offset
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
 def reservoir_keys(random_state: int, row_ids: np.ndarray) -> np.ndarray:
     """Uniform keys in [0, 1) for the given global row ids (splitmix64 of seed and id).
 
     A pure function of ``(random_state, row_id)``: any process computes the same
     key for the same row.
     """
-    ids = np.asarray(row_ids, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = ids * _GOLDEN + np.uint64(random_state & 0xFFFFFFFFFFFFFFFF) * _M2 + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+    return (_splitmix64(random_state, row_ids, 0) >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def holdout_keys(random_state: int, row_ids: np.ndarray) -> np.ndarray:
+    """uint64 keys that decide the validation rows (:mod:`nsdist.solvers.plan`).
+
+    Independent of :func:`reservoir_keys` (another salt) and distinct for
+    distinct ids (splitmix64 is a bijection), so "the ``v`` smallest keys of a
+    class" never ties.
+    """
+    return _splitmix64(random_state, row_ids, 0x5A11D)
 
 
 def top_k_indices(keys: np.ndarray, k: int) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..losses.base import Loss
 from .history import History, Recorder, Validate
-from .kernel import SGDState, run_epochs
+from .kernel import Population, SGDState, run_epochs
 
 __all__ = ["PSGResult", "psg"]
 
@@ -68,16 +68,16 @@ def psg(X: np.ndarray, y: np.ndarray, loss: Loss, *, eta: float, radius: float |
     """
     n = X.shape[0]
     state = SGDState.zeros(X.shape[1])
-    best_loss, best = np.inf, (state.w.copy(), state.b)
+    population = Population.single(loss, eta, fit_intercept)
+    best_loss, best = np.inf, state.model(0, average=False)
     recorder = Recorder(validate)
 
     def model() -> tuple[np.ndarray, float]:
-        return state.averaged() if average else (best[0].copy(), best[1])
+        return state.model(0, average=True) if average else (best[0].copy(), best[1])
 
     for _ in range(max_iter):
-        w_t, b_t = state.w, state.b
-        state, stats = run_epochs(state, X, y, loss, buffer_size=n, eta=eta, radius=radius,
-                                  fit_intercept=fit_intercept)
+        w_t, b_t = state.model(0, average=False)
+        state, stats = run_epochs(state, X, y, population, buffer_size=n, radius=radius)
         if stats["skipped"][0]:   # the training set lacks a class: every iteration would be
             break                 # skipped (SPEC §3), the model stays w_1 = 0
         value = float(stats["loss"][0])

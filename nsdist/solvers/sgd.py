@@ -1,47 +1,43 @@
-"""1PMB and 2PMB (seed, Algorithms 1 and 2) on in-memory data, as :func:`run_epochs` over blocks.
+"""1PMB and 2PMB (seed, Algorithms 1 and 2) on in-memory data, and the check loop every driver runs.
 
 Every update is :func:`~nsdist.solvers.kernel.run_epochs` (Algorithm 1, line 5)::
 
     w_{e+1} = Proj_W( w_e - (eta / sqrt(e)) * grad l(buffer_e, w_e) ),   W = {||w|| <= radius}
 
-and the model returned is the average of the iterates ``w_1 .. w_e``
-(``average=False``: the last iterate).  These drivers only decide which rows
-form which buffer, with the conventions the Dask engine follows partition by
-partition, so both give the same model bit for bit:
+for each candidate of the population, and the model is the average of the
+iterates ``w_1 .. w_e`` (``average=False``: the last iterate).  Which rows form
+which buffer, in which order, is :mod:`nsdist.solvers.plan`'s: the training set
+is block 0 (``partial_fit``: call ``j`` is block ``j``), and the engine runs the
+same plan partition by partition, so both give the same model bit for bit.
 
-* **Blocks and passes.** The training set is the single block 0.  Pass
-  ``p = 0, 1, ..., n_passes - 1`` visits its rows in the order
-  ``row_order(random_state, p, 0, n, shuffle)``.
-* **Epochs.** A pass over ``n`` rows is cut by ``epoch_slices(n, buffer_size)``
-  into ``ceil(n / buffer_size)`` near-equal consecutive epochs.  The state runs
-  on across passes: the epoch counter ``e`` (and so the step ``eta / sqrt(e)``)
-  and the iterate sums for the average are never reset.
-* **2PMB.** The rare class is the class with fewer rows (a tie: the
+* **2PMB.** The rare class is the class with fewer training rows (a tie: the
   positives).  Pass 1 of Algorithm 2 draws the reservoir: the ``buffer_size``
-  rare-class rows with the largest ``reservoir_keys(random_state, i)``, ``i``
-  the row's index in ``X`` (its global position in file order), ordered by
-  decreasing key (``top_k_indices``) -- a uniform sample without replacement.
-  Stream pass ``p`` then visits the rows of the *other* class: taken in file
-  order, permuted by ``row_order(random_state, p, 0, n_other, shuffle)``, cut
-  into epochs as above, and every epoch buffer is the reservoir followed by the
-  epoch's rows (``run_epochs(..., reservoir=...)``).  ``rows_seen`` counts the
-  streamed rows only.
+  rare-class training rows with the largest ``reservoir_keys(random_state, i)``,
+  ``i`` the row's global position, by decreasing key -- a uniform sample
+  without replacement.  Each stream pass visits the other class's rows, and
+  every epoch buffer is the reservoir followed by the epoch's rows.
+  ``rows_seen`` counts the streamed rows only.
+* **The state runs on across passes**: the epoch counter ``e`` (and so the step
+  ``eta / sqrt(e)``) and the iterate sums are never reset.
 
 A buffer lacking a class is skipped by the kernel and counted in
-``state.skipped`` (SPEC §3); the history has no record for it.
+``state.skipped`` (docs/surrogates.md); the history has no record for it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..losses.base import Loss
 from .history import History, Recorder, Validate
-from .kernel import SGDState, epoch_slices, run_epochs
-from .order import reservoir_keys, row_order, top_k_indices
+from .kernel import Population, SGDState, epoch_slices, run_epochs
+from .order import reservoir_keys, top_k_indices
+from .plan import Holdout, Step, block_rows, schedule
 
-__all__ = ["SGDResult", "Reservoir", "rare_label", "one_pass_mb", "two_pass_mb", "run_pass", "model_of"]
+__all__ = ["SGDResult", "Reservoir", "rare_label", "one_pass_mb", "two_pass_mb", "run_block", "drive",
+           "Segment"]
 
 
 @dataclass
@@ -52,7 +48,7 @@ class Reservoir:
     ----------
     label : int
         The rare class, +1 or -1.
-    X : ndarray of shape (m, d)
+    X : ndarray or CSR matrix of shape (m, d)
         The sampled rows, by decreasing key (``m <= size``).
     keys : ndarray of shape (m,)
         Their :func:`~nsdist.solvers.order.reservoir_keys`.
@@ -63,50 +59,59 @@ class Reservoir:
     """
 
     label: int
-    X: np.ndarray
+    X: object
     keys: np.ndarray
     size: int
     n_rare: int = 0
 
     @classmethod
-    def empty(cls, label: int, size: int, n_features: int, dtype=np.float64) -> "Reservoir":
-        return cls(label, np.empty((0, n_features), dtype=dtype), np.empty(0), size)
+    def empty(cls, label: int, size: int, n_features: int, dtype=np.float64, sparse: bool = False) -> "Reservoir":
+        if sparse:
+            import scipy.sparse as sp
+            X = sp.csr_matrix((0, n_features), dtype=dtype)
+        else:
+            X = np.empty((0, n_features), dtype=dtype)
+        return cls(label, X, np.empty(0), size)
 
     @property
     def y(self) -> np.ndarray:
         return np.full(self.X.shape[0], self.label, dtype=np.int8)
 
-    def offer(self, X: np.ndarray, y: np.ndarray, row_ids: np.ndarray, random_state: int) -> "Reservoir":
+    def _union(self, X_new, keys_new: np.ndarray, n_new: int) -> "Reservoir":
+        keys = np.concatenate([self.keys, keys_new])
+        if hasattr(self.X, "tocsr"):
+            import scipy.sparse as sp
+            rows = sp.vstack([self.X, X_new.astype(self.X.dtype)], format="csr")
+        else:
+            rows = np.concatenate([self.X, X_new.astype(self.X.dtype, copy=False)])
+        top = top_k_indices(keys, self.size)
+        return Reservoir(self.label, rows[top], keys[top], self.size, self.n_rare + n_new)
+
+    def offer(self, X, y: np.ndarray, row_ids: np.ndarray, random_state: int) -> "Reservoir":
         """The sample after the rows ``X`` (global ids ``row_ids``) went by; ``self`` is unchanged.
 
         Keeps the ``size`` largest keys of the union, so offering the rows in
         any grouping gives the same sample (the engine's per-partition tops).
         """
         rare = np.flatnonzero(y == self.label)
-        keys = np.concatenate([self.keys, reservoir_keys(random_state, np.asarray(row_ids)[rare])])
-        rows = np.concatenate([self.X, X[rare].astype(self.X.dtype, copy=False)])
-        top = top_k_indices(keys, self.size)
-        return Reservoir(self.label, rows[top], keys[top], self.size, self.n_rare + rare.size)
+        return self._union(X[rare], reservoir_keys(random_state, np.asarray(row_ids)[rare]), rare.size)
 
     def merge(self, other: "Reservoir") -> "Reservoir":
-        """The sample of the union of the two streams (``self``'s rows first on tied keys).
-
-        The engine draws a reservoir per partition and merges them in file
-        order: the result is the reservoir of the whole stream.
-        """
-        keys = np.concatenate([self.keys, other.keys])
-        rows = np.concatenate([self.X, other.X.astype(self.X.dtype, copy=False)])
-        top = top_k_indices(keys, self.size)
-        return Reservoir(self.label, rows[top], keys[top], self.size, self.n_rare + other.n_rare)
+        """The sample of the union of the two streams (``self``'s rows first on tied keys)."""
+        return self._union(other.X, other.keys, other.n_rare)
 
     def to_dict(self) -> dict:
         """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
-        return {"label": self.label, "X": self.X.tolist(), "keys": self.keys.tolist(), "size": self.size,
-                "n_rare": self.n_rare}
+        X = self.X.toarray() if hasattr(self.X, "toarray") else self.X
+        return {"label": self.label, "X": X.tolist(), "keys": self.keys.tolist(), "size": self.size,
+                "n_rare": self.n_rare, "sparse": hasattr(self.X, "toarray")}
 
     @classmethod
     def from_dict(cls, d: dict, dtype: str = "float64") -> "Reservoir":
         X = np.asarray(d["X"], dtype=dtype).reshape(len(d["keys"]), -1)
+        if d.get("sparse"):
+            import scipy.sparse as sp
+            X = sp.csr_matrix(X)
         return cls(int(d["label"]), X, np.asarray(d["keys"], dtype=np.float64), int(d["size"]), int(d["n_rare"]))
 
 
@@ -123,7 +128,8 @@ class SGDResult:
         The kernel state, to continue training from.
     history : History
         One record per taken step: ``loss`` is ``l(buffer_e, w_e)``, the
-        buffer's loss at the iterate before the step.
+        buffer's loss at the iterate before the step (the mean over the live
+        candidates of a population).
     reservoir : Reservoir or None
         2PMB's rare-class sample.
     """
@@ -141,55 +147,103 @@ def rare_label(y: np.ndarray) -> int:
     return 1 if n_pos <= y.shape[0] - n_pos else -1
 
 
-def model_of(state: SGDState, average: bool) -> tuple[np.ndarray, float]:
-    """``(w, b)`` returned from ``state``: the averaged iterate, or the last one."""
-    return state.averaged() if average else (state.w.copy(), state.b)
+def run_block(state: SGDState, X, y: np.ndarray, rows: np.ndarray, population: Population, *,
+              buffer_size: int, radius: float | None, recorder: Recorder | None,
+              model: Callable[[SGDState], tuple[np.ndarray, float]] | None = None,
+              reservoir: Reservoir | None = None) -> SGDState:
+    """Stream the rows ``X[rows]`` (in that order) as one block.
 
-
-def run_pass(state: SGDState, X: np.ndarray, y: np.ndarray, rows: np.ndarray, loss: Loss, *,
-             buffer_size: int, eta: float, radius: float | None, fit_intercept: bool, average: bool,
-             recorder: Recorder, reservoir: Reservoir | None = None) -> SGDState:
-    """Stream the rows ``X[rows]`` (in that order) as one block, one kernel call per epoch.
-
-    Calling :func:`run_epochs` once per slice of ``epoch_slices(len(rows),
-    buffer_size)`` takes exactly the steps of one call on the whole block, and
-    lets the history record every epoch.
+    With a ``recorder`` the kernel is called once per epoch slice (the same
+    steps as one call on the whole block) so that every epoch is recorded.
     """
     buffer_r = None if reservoir is None else (reservoir.X, reservoir.y)
+    if recorder is None:
+        state, _ = run_epochs(state, X[rows], y[rows], population, buffer_size=buffer_size, radius=radius,
+                              reservoir=buffer_r)
+        return state
     for sl in epoch_slices(rows.shape[0], buffer_size):
         idx = rows[sl]
-        state, stats = run_epochs(state, X[idx], y[idx], loss, buffer_size=buffer_size, eta=eta,
-                                  radius=radius, fit_intercept=fit_intercept, reservoir=buffer_r)
+        state, stats = run_epochs(state, X[idx], y[idx], population, buffer_size=buffer_size, radius=radius,
+                                  reservoir=buffer_r)
         if not stats["skipped"][0]:
-            recorder.record(state.epoch, state.rows_seen, stats["loss"][0], lambda: model_of(state, average))
+            st = state
+            recorder.record(st.epoch, st.rows_seen, stats["loss"][0], lambda: model(st))
     return state
 
 
-def _passes(X: np.ndarray, y: np.ndarray, rows: np.ndarray, loss: Loss, *, buffer_size: int, eta: float,
-            radius: float | None, n_passes: int, shuffle: bool, random_state: int, fit_intercept: bool,
-            average: bool, state: SGDState | None, validate: Validate | None,
-            reservoir: Reservoir | None) -> SGDResult:
-    """``n_passes`` passes over ``X[rows]``, pass ``p`` in ``rows[row_order(random_state, p, 0, ...)]``."""
-    state = SGDState.zeros(X.shape[1]) if state is None else state
-    recorder = Recorder(validate)
-    for p in range(n_passes):
-        order = rows[row_order(random_state, p, 0, rows.shape[0], shuffle)]
-        state = run_pass(state, X, y, order, loss, buffer_size=buffer_size, eta=eta, radius=radius,
-                         fit_intercept=fit_intercept, average=average, recorder=recorder,
-                         reservoir=reservoir)
-    w, b = model_of(state, average)
-    return SGDResult(w, b, state, recorder.history, reservoir)
+#: ``run(state, first, stop) -> state``: the steps ``steps[first:stop]`` of a plan
+Segment = Callable[[SGDState, int, int], SGDState]
 
 
-def one_pass_mb(X: np.ndarray, y: np.ndarray, loss: Loss, *, buffer_size: int, eta: float,
-                radius: float | None = None, n_passes: int = 1, shuffle: bool = True,
-                random_state: int = 0, fit_intercept: bool = False, average: bool = True,
-                state: SGDState | None = None, validate: Validate | None = None) -> SGDResult:
-    """1PMB (Algorithm 1): epochs of ``buffer_size`` rows of the shuffled stream.
+def drive(steps: list[Step], checks: list[int], run: Segment, state: SGDState, *, start: int = 0,
+          check: Callable[[SGDState, int], tuple[SGDState, bool]] | None = None) -> tuple[SGDState, int]:
+    """Run a plan's steps from ``start``, stopping at each check (the one loop of every driver).
 
     Parameters
     ----------
-    X : ndarray of shape (n, d), float32 or float64
+    steps, checks :
+        From :func:`~nsdist.solvers.plan.schedule`.
+    run : callable ``(state, first, stop) -> state``
+        Runs ``steps[first:stop]`` (in memory, or on the Dask chain).
+    check : callable ``(state, position) -> (state, stop)``, optional
+        The selection (:meth:`~nsdist.solvers.select.Selection.check`); it may
+        freeze candidates and ask to stop early.
+
+    Returns
+    -------
+    state : SGDState
+    position : int
+        Steps done (``len(steps)`` unless stopped early).
+    """
+    pos = start
+    for c in checks:
+        if c < pos:
+            continue
+        state = run(state, pos, c + 1)
+        pos = c + 1
+        if check is not None:
+            state, stop = check(state, pos)
+            if stop:
+                break
+    return state, pos
+
+
+def _fixed(X, y: np.ndarray, loss: Loss, *, two_pass: bool, buffer_size: int, eta: float,
+           radius: float | None, n_passes: int, shuffle: bool, random_state: int, fit_intercept: bool,
+           average: bool, state: SGDState | None, validate: Validate | None) -> SGDResult:
+    """One candidate, ``n_passes`` passes over every row: the paper's 1PMB / 2PMB."""
+    population = Population.single(loss, eta, fit_intercept)
+    ids = np.arange(X.shape[0])
+    reservoir, stream = None, None
+    if two_pass:
+        stream = -rare_label(y)
+        reservoir = Reservoir.empty(-stream, buffer_size, X.shape[1], X.dtype, hasattr(X, "tocsr")).offer(
+            X, y, ids, random_state)
+    steps, checks = schedule([X.shape[0]], n_passes, random_state=random_state, shuffle=shuffle, check_rows=None)
+    recorder = Recorder(validate)
+
+    def run(st: SGDState, first: int, stop: int) -> SGDState:
+        for s in steps[first:stop]:
+            rows = block_rows(y, ids, pass_index=s.pass_index, block=0, random_state=random_state,
+                              shuffle=shuffle, stream_label=stream)
+            st = run_block(st, X, y, rows, population, buffer_size=buffer_size, radius=radius, recorder=recorder,
+                           model=lambda z: z.model(0, average), reservoir=reservoir)
+        return st
+
+    state, _ = drive(steps, checks, run, SGDState.zeros(X.shape[1]) if state is None else state)
+    w, b = state.model(0, average)
+    return SGDResult(w, b, state, recorder.history, reservoir)
+
+
+def one_pass_mb(X, y: np.ndarray, loss: Loss, *, buffer_size: int, eta: float,
+                radius: float | None = None, n_passes: int = 1, shuffle: bool = True,
+                random_state: int = 0, fit_intercept: bool = False, average: bool = True,
+                state: SGDState | None = None, validate: Validate | None = None) -> SGDResult:
+    """1PMB (Algorithm 1) with one fixed candidate: epochs of ``buffer_size`` rows of the shuffled stream.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n, d), float32 or float64
     y : ndarray of shape (n,), labels in {-1, +1}
     loss : Loss
         The surrogate ``l``.
@@ -200,7 +254,7 @@ def one_pass_mb(X: np.ndarray, y: np.ndarray, loss: Loss, *, buffer_size: int, e
     radius : float or None
         Radius of the L2 ball ``W`` (None: no projection).
     n_passes : int
-        Passes over the rows (module doc: the state runs on across passes).
+        Passes over the rows (the state runs on across passes).
     shuffle : bool
         Random row order per pass (the error bound of Thm. 6 assumes it); False: file order.
     random_state : int
@@ -214,27 +268,22 @@ def one_pass_mb(X: np.ndarray, y: np.ndarray, loss: Loss, *, buffer_size: int, e
     validate : callable ``(w, b) -> float``, optional
         Validation measure, recorded after every epoch.
     """
-    return _passes(X, y, np.arange(X.shape[0]), loss, buffer_size=buffer_size, eta=eta, radius=radius,
-                   n_passes=n_passes, shuffle=shuffle, random_state=random_state,
-                   fit_intercept=fit_intercept, average=average, state=state, validate=validate,
-                   reservoir=None)
+    return _fixed(X, y, loss, two_pass=False, buffer_size=buffer_size, eta=eta, radius=radius,
+                  n_passes=n_passes, shuffle=shuffle, random_state=random_state, fit_intercept=fit_intercept,
+                  average=average, state=state, validate=validate)
 
 
-def two_pass_mb(X: np.ndarray, y: np.ndarray, loss: Loss, *, buffer_size: int, eta: float,
+def two_pass_mb(X, y: np.ndarray, loss: Loss, *, buffer_size: int, eta: float,
                 radius: float | None = None, n_passes: int = 1, shuffle: bool = True,
                 random_state: int = 0, fit_intercept: bool = False, average: bool = True,
                 state: SGDState | None = None, validate: Validate | None = None) -> SGDResult:
-    """2PMB (Algorithm 2): a reservoir of the rare class joined to epochs of the other class.
+    """2PMB (Algorithm 2) with one fixed candidate: a reservoir of the rare class joined to epochs of the other.
 
     Parameters are those of :func:`one_pass_mb`; ``n_passes`` counts the
     streaming passes over the other class (Algorithm 2's pass 2, repeated),
     the reservoir being drawn once.  Each buffer holds up to ``2 * buffer_size``
     rows.  The module docstring fixes which rows, in which order.
     """
-    label = rare_label(y)
-    reservoir = Reservoir.empty(label, buffer_size, X.shape[1], X.dtype).offer(
-        X, y, np.arange(X.shape[0]), random_state)
-    return _passes(X, y, np.flatnonzero(y != label), loss, buffer_size=buffer_size, eta=eta,
-                   radius=radius, n_passes=n_passes, shuffle=shuffle, random_state=random_state,
-                   fit_intercept=fit_intercept, average=average, state=state, validate=validate,
-                   reservoir=reservoir)
+    return _fixed(X, y, loss, two_pass=True, buffer_size=buffer_size, eta=eta, radius=radius,
+                  n_passes=n_passes, shuffle=shuffle, random_state=random_state, fit_intercept=fit_intercept,
+                  average=average, state=state, validate=validate)

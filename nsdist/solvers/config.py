@@ -1,0 +1,295 @@
+"""The resolved training configuration: one object the estimator, the engine and the CLI read.
+
+:meth:`TrainConfig.from_params` validates the user's parameters (the
+:class:`~nsdist.NonDecomposableClassifier` names) without looking at data;
+:meth:`TrainConfig.resolve` then fixes what the user left unset from facts of
+the training rows: the candidates, the step scales, the pass budget and the
+check interval.  Nothing here is a constant chosen on a benchmark data set.
+
+**Candidates.**  Every parameter the user leaves unset becomes an axis of the
+population trained together (``docs/solvers.md`` §Selection):
+
+* ``eta`` unset: ``eta = c / E||x||^2`` for ``c`` in :data:`STEP_SCALES`, five
+  decades.  ``1 / E||x||^2`` is the step that moves a score by about one unit
+  of margin per unit of gradient (``E||x||^2`` is measured on the validation
+  rows); the structural surrogates need larger steps than the pairwise ones
+  (their subgradient is non-zero on the misranked rows only), which the upper
+  decades cover.
+* ``surrogate`` unset: the measure's own surrogate with every ``phi`` for
+  pAUC / AUC (:data:`PAIRWISE_SURROGATES`); for Prec@k, PRBEP and F1 the
+  structural surrogate plus the ranking candidates :data:`RANKING_CANDIDATES`
+  (a good ranking plus the measure's cut is consistent for these measures,
+  Narasimhan et al. 2014; Koyejo et al. 2014).
+* ``n_passes`` unset: early stopping on the exact measure of the validation
+  rows, up to ``max_passes``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+from .._validation import check_beta, resolve_k
+from ..losses.base import Loss
+from .kernel import Population
+from .measure import get_measure, make_loss
+
+__all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
+           "RANKING_CANDIDATES", "DEFAULTS"]
+
+#: the solvers (docs/solvers.md)
+SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
+#: the solvers that stream (population, selection, Dask engine)
+STREAMING = ("1pmb", "2pmb")
+#: step scales ``c`` of the candidates: ``eta = c / E||x||^2``
+STEP_SCALES = (0.1, 1.0, 10.0, 100.0, 1000.0)
+#: ``phi`` of the pairwise candidates (pAUC, AUC)
+PAIRWISE_SURROGATES = ("hinge", "logistic", "squared_hinge", "sigmoid")
+#: ranking candidates for the thresholded / structural measures: (loss name, params)
+RANKING_CANDIDATES = (("auc", {"surrogate": "logistic"}), ("pauc", {"beta": 0.1, "surrogate": "hinge"}))
+#: steps (epochs) of the default pass budget and of the check interval
+MAX_STEPS, CHECK_STEPS = 20_000, 50
+#: improvement of the validation measure that resets the early-stopping count
+MIN_DELTA = 1e-4
+
+#: every parameter and its default (the estimator's signature)
+DEFAULTS: dict[str, Any] = dict(
+    measure="pauc", beta=0.1, k=None, surrogate=None, solver="1pmb", buffer_size=500, eta=None,
+    radius=None, alpha=1e-4, n_passes=None, max_passes=None, max_iter=200, tol=1e-3, average=True,
+    shuffle=True, fit_intercept=True, validation_fraction=0.1, validation_max_rows=200_000,
+    n_iter_no_change=5, random_state=0,
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model of the population.
+
+    Attributes
+    ----------
+    name : str
+        ``"<loss>/<phi>"`` plus the step scale, e.g. ``"pauc/hinge@10"``.
+    loss : Loss
+        Its surrogate.
+    step_scale : float or None
+        ``c`` of ``eta = c / E||x||^2``; None when the user fixed ``eta``.
+    eta : float
+        Its step scale ``eta``.
+    learn_b : bool
+        It learns an intercept (F1's own surrogate).
+    """
+
+    name: str
+    loss: Loss
+    step_scale: float | None
+    eta: float
+    learn_b: bool
+
+    def describe(self) -> dict:
+        return {"name": self.name, "loss": self.loss.name, **self.loss.params(), "eta": self.eta,
+                "step_scale": self.step_scale}
+
+
+def _check_int(name: str, value, low: int, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        none = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be an int >= {low}{none}, got {value!r}")
+
+
+def _check_positive(name: str, value, *, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= 0:
+        none = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be a number > 0{none}, got {value!r}")
+
+
+def _check_choice(name: str, value, choices: tuple) -> None:
+    if not isinstance(value, str) or value not in choices:
+        hint = ""
+        if isinstance(value, str) and value.lower() in choices:
+            hint = f" (did you mean {value.lower()!r}?)"
+        raise ValueError(f"unknown {name} {value!r}{hint}; valid: {', '.join(map(repr, choices))}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Validated parameters and, once :meth:`resolve` d, the candidates and budgets.
+
+    The fields named as :data:`DEFAULTS` keep the user's values (None = unset).
+    The resolved fields are ``candidates``, ``passes`` (the pass budget),
+    ``early_stopping``, ``check_rows`` and ``selects``.
+    """
+
+    measure: str = "pauc"
+    beta: float = 0.1
+    k: int | float | None = None
+    surrogate: str | None = None
+    solver: str = "1pmb"
+    buffer_size: int = 500
+    eta: float | None = None
+    radius: float | None = None
+    alpha: float = 1e-4
+    n_passes: int | None = None
+    max_passes: int | None = None
+    max_iter: int = 200
+    tol: float = 1e-3
+    average: bool = True
+    shuffle: bool = True
+    fit_intercept: bool = True
+    validation_fraction: float = 0.1
+    validation_max_rows: int = 200_000
+    n_iter_no_change: int = 5
+    random_state: int = 0
+    # resolved
+    candidates: tuple[Candidate, ...] = field(default=(), compare=False)
+    passes: int | None = None
+    check_rows: int | None = None
+    train_k: int | float | None = None
+
+    # ------------------------------------------------------------ validation
+    @classmethod
+    def from_params(cls, **params) -> "TrainConfig":
+        """Validate the user's parameters (a ``ValueError`` naming the first bad one)."""
+        unknown = sorted(set(params) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(map(repr, unknown))}; valid: {', '.join(DEFAULTS)}")
+        p = {**DEFAULTS, **params}
+        measure = get_measure(p["measure"]).name
+        _check_choice("solver", p["solver"], SOLVERS)
+        check_beta(p["beta"])
+        if measure == "prec@k":
+            if p["k"] is None:
+                raise ValueError("measure='prec@k' needs k (an int >= 1 or a float in (0, 1])")
+            resolve_k(p["k"], max(int(p["k"]) if isinstance(p["k"], Integral) else 1, 1))
+        if p["surrogate"] is not None:
+            make_loss(measure, beta=p["beta"], k=p["k"], surrogate=p["surrogate"])
+        for name, low in (("buffer_size", 2), ("max_iter", 1), ("random_state", 0), ("n_iter_no_change", 1),
+                          ("validation_max_rows", 2)):
+            _check_int(name, p[name], low)
+        for name in ("n_passes", "max_passes"):
+            _check_int(name, p[name], 1, allow_none=True)
+        for name in ("eta", "radius"):
+            _check_positive(name, p[name], allow_none=True)
+        for name in ("alpha", "tol"):
+            _check_positive(name, p[name], allow_none=False)
+        vf = p["validation_fraction"]
+        if isinstance(vf, bool) or not isinstance(vf, Real) or not 0.0 <= float(vf) < 1.0:
+            raise ValueError(f"validation_fraction must be a number in [0, 1), got {vf!r}")
+        for name in ("average", "shuffle", "fit_intercept"):
+            if not isinstance(p[name], (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {p[name]!r}")
+        p.update(measure=measure, validation_fraction=float(vf), average=bool(p["average"]),
+                 shuffle=bool(p["shuffle"]), fit_intercept=bool(p["fit_intercept"]))
+        return cls(**p)
+
+    def params(self) -> dict[str, Any]:
+        """The user's parameters (as given, None = unset)."""
+        return {name: getattr(self, name) for name in DEFAULTS}
+
+    # ------------------------------------------------------------ resolution
+    @property
+    def streaming(self) -> bool:
+        return self.solver in STREAMING
+
+    @property
+    def selects(self) -> bool:
+        """A validation split is needed: ``eta`` or ``n_passes`` is left to the fit.
+
+        With both set, the run is one candidate (``surrogate`` unset: the hinge)
+        trained for exactly ``n_passes`` passes on every row, as in the paper.
+        """
+        return self.streaming and (self.eta is None or self.n_passes is None)
+
+    @property
+    def early_stopping(self) -> bool:
+        return self.streaming and self.n_passes is None
+
+    def resolve(self, *, n_features: int, n_rows: int, mean_sq_norm: float | None = None,
+                n_validation: int = 0) -> "TrainConfig":
+        """Fix the candidates and budgets for ``n_rows`` training rows of ``n_features`` features.
+
+        Parameters
+        ----------
+        n_rows : int
+            Rows the stream trains on (after the holdout).
+        mean_sq_norm : float, optional
+            ``E||x||^2`` of the (scaled) rows, measured on the validation rows;
+            needed when ``eta`` is unset.
+        n_validation : int
+            Validation rows (0: none).
+
+        Raises
+        ------
+        ValueError
+            A selection is needed (module doc) but there are no validation rows.
+        """
+        train_k = self.k
+        if self.measure == "prec@k" and isinstance(self.k, Integral) and n_rows > 0:
+            resolve_k(self.k, n_rows + n_validation)
+            train_k = self.k / (n_rows + n_validation)   # buffers use the fraction of the training set
+        if not self.streaming:
+            return replace(self, train_k=train_k)
+        if self.selects and n_validation == 0:
+            raise ValueError(
+                "validation_fraction=0 and no validation rows leave nothing to choose the unset parameters on "
+                "(eta, surrogate, n_passes): set them explicitly, or give validation rows")
+        scales: tuple[float | None, ...]
+        if self.eta is None:
+            if not mean_sq_norm or not np.isfinite(mean_sq_norm):
+                raise ValueError("the validation rows have no non-zero feature: cannot scale the step; set eta")
+            scales = STEP_SCALES
+        else:
+            scales = (None,)
+        measure = get_measure(self.measure)
+        kinds: list[tuple[str, dict, bool]] = []          # (loss name, params, own loss)
+        own_params = {"beta": self.beta, "k": train_k}
+        if self.surrogate is not None or not self.selects:
+            kinds.append((measure.name, {**own_params, "surrogate": self.surrogate or "hinge"}, True))
+        elif measure.pairwise:
+            kinds += [(measure.name, {**own_params, "surrogate": phi}, True) for phi in PAIRWISE_SURROGATES]
+        else:
+            kinds.append((measure.name, {**own_params, "surrogate": "hinge"}, True))
+            kinds += [(name, dict(params), False) for name, params in RANKING_CANDIDATES]
+        candidates = []
+        for name, params, own in kinds:
+            loss = (make_loss(name, beta=params.get("beta", 0.1), k=params.get("k"),
+                              surrogate=params.get("surrogate", "hinge")))
+            label = name if not measure.pairwise and own else f"{name}/{params.get('surrogate', 'hinge')}"
+            for c in scales:
+                eta = float(self.eta) if c is None else c / float(mean_sq_norm)
+                tag = label if c is None else f"{label}@{c:g}"
+                candidates.append(Candidate(tag, loss, c, eta, bool(own and measure.thresholded and self.fit_intercept)))
+        steps_per_pass = max(1, math.ceil(n_rows / self.buffer_size))
+        if self.n_passes is not None:
+            passes = self.n_passes
+        elif self.max_passes is not None:
+            passes = self.max_passes
+        else:
+            passes = max(10, math.ceil(MAX_STEPS / steps_per_pass))
+        check_rows = None
+        if self.selects:
+            check_rows = max(CHECK_STEPS * min(self.buffer_size, max(n_rows, 1)), 10 * n_validation)
+        return replace(self, candidates=tuple(candidates), passes=passes, check_rows=check_rows, train_k=train_k)
+
+    @property
+    def population(self) -> Population:
+        """The candidates as the kernel's :class:`~nsdist.solvers.kernel.Population`."""
+        return Population(tuple(c.loss for c in self.candidates), tuple(c.eta for c in self.candidates),
+                          tuple(c.learn_b for c in self.candidates))
+
+    @property
+    def plug_in(self) -> bool:
+        """F1's threshold may be the F1-optimal one on the validation rows."""
+        return get_measure(self.measure).thresholded and self.fit_intercept
+
+    def describe(self) -> dict:
+        """Plain data for ``metrics.json`` and model files."""
+        out = self.params()
+        out.update(passes=self.passes, check_rows=self.check_rows, candidates=[c.describe() for c in self.candidates])
+        return out

@@ -1,0 +1,186 @@
+"""The stream plan: which rows are held out, which rows form which buffer, when the selection looks.
+
+One plan serves the three drivers -- :meth:`NonDecomposableClassifier.fit`
+(the training set is block 0), ``partial_fit`` (call ``j`` is block ``j``) and
+the Dask engine (Parquet partition ``j`` is block ``j``, with its global row
+offset) -- so they give the same model bit for bit on the same rows in the
+same order (``docs/engine.md``).
+
+**Holdout.**  Row ``i`` (its global position in file order) has the key
+``holdout_keys(seed, i)``.  Of the ``n_c`` rows of class ``c``, the ``v_c``
+with the smallest keys are validation rows and are never trained on:
+``v_c = round(validation_fraction * n_c)``, at least 1 and at most ``n_c - 1``
+when ``n_c >= 2`` (so the rare class is represented), scaled down together
+when ``v_+ + v_-`` exceeds ``validation_max_rows``.  Membership is a
+threshold on the key, so any process decides it for any row.
+
+**Buffers.**  In pass ``p`` a block's training rows (not held out; for 2PMB,
+only the streamed class) are visited in ``row_order(seed, p, j)`` and cut into
+``epoch_slices`` -- an epoch never spans two blocks.  The blocks of a pass are
+visited in ``block_order(seed, p)``.
+
+**Checks.**  The selection scores the candidates after every ``check_rows``
+streamed rows, at block boundaries: when a pass is shorter than that, after
+every ``ceil(check_rows / rows_per_pass)`` passes; otherwise inside the pass
+too, at the first block boundary past each multiple; always after the last step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .order import block_order, holdout_keys, row_order
+
+__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "schedule"]
+
+_NONE = np.uint64(0)
+
+
+def holdout_sizes(n_pos: int, n_neg: int, fraction: float, max_rows: int) -> tuple[int, int]:
+    """``(v_+, v_-)``: validation rows per class (module doc)."""
+    def size(n: int) -> int:
+        if n < 2 or fraction <= 0:
+            return 0
+        return int(min(n - 1, max(1, round(fraction * n))))
+
+    v = [size(n_pos), size(n_neg)]
+    total = v[0] + v[1]
+    if total > max_rows:
+        v = [max(1, int(x * max_rows // total)) if x else 0 for x in v]
+    return v[0], v[1]
+
+
+def smallest_keys(keys: np.ndarray, v: int) -> np.ndarray:
+    """The ``v`` smallest of ``keys`` (uint64), sorted."""
+    if v <= 0:
+        return np.empty(0, dtype=np.uint64)
+    if v < keys.shape[0]:
+        keys = np.partition(keys, v - 1)[:v]
+    return np.sort(keys)
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """The validation rows: class ``c``'s rows whose key is below ``cut[c]``.
+
+    Attributes
+    ----------
+    random_state : int
+        Seed of :func:`~nsdist.solvers.order.holdout_keys`.
+    cut_pos, cut_neg : int
+        Key thresholds (exclusive) for the positives and the negatives.
+    n_pos, n_neg : int
+        Validation rows of each class.
+    """
+
+    random_state: int
+    cut_pos: int
+    cut_neg: int
+    n_pos: int
+    n_neg: int
+
+    @classmethod
+    def from_keys(cls, random_state: int, pos_keys: np.ndarray, neg_keys: np.ndarray,
+                  v_pos: int, v_neg: int) -> "Holdout":
+        """The holdout of ``v_c`` rows per class, given (at least) each class's ``v_c`` smallest keys."""
+        def cut(keys: np.ndarray, v: int) -> int:
+            return 0 if v == 0 else int(smallest_keys(keys, v)[-1]) + 1
+        return cls(int(random_state), cut(pos_keys, v_pos), cut(neg_keys, v_neg), int(v_pos), int(v_neg))
+
+    @classmethod
+    def draw(cls, y: np.ndarray, row_ids: np.ndarray, random_state: int, fraction: float,
+             max_rows: int) -> "Holdout":
+        """The holdout of rows held in memory (labels ``y`` in {-1, +1}, global ids ``row_ids``)."""
+        keys = holdout_keys(random_state, row_ids)
+        pos = y > 0
+        v_pos, v_neg = holdout_sizes(int(pos.sum()), int((~pos).sum()), fraction, max_rows)
+        return cls.from_keys(random_state, keys[pos], keys[~pos], v_pos, v_neg)
+
+    @property
+    def n_rows(self) -> int:
+        return self.n_pos + self.n_neg
+
+    def mask(self, y: np.ndarray, row_ids: np.ndarray) -> np.ndarray:
+        """True for the validation rows among ``(y, row_ids)``."""
+        if self.n_rows == 0:
+            return np.zeros(np.shape(y)[0], dtype=bool)
+        keys = holdout_keys(self.random_state, row_ids)
+        cut = np.where(np.asarray(y) > 0, np.uint64(self.cut_pos), np.uint64(self.cut_neg))
+        return keys < cut
+
+    def to_dict(self) -> dict:
+        return {"random_state": self.random_state, "cut_pos": str(self.cut_pos), "cut_neg": str(self.cut_neg),
+                "n_pos": self.n_pos, "n_neg": self.n_neg}
+
+
+def block_rows(y: np.ndarray, row_ids: np.ndarray, *, pass_index: int, block: int, random_state: int,
+               shuffle: bool, holdout: Holdout | None = None, stream_label: int | None = None) -> np.ndarray:
+    """Indices of a block's training rows, in the stream order of pass ``pass_index``.
+
+    Parameters
+    ----------
+    y : ndarray of shape (n,)
+        The block's labels in {-1, +1}.
+    row_ids : ndarray of shape (n,)
+        Their global positions in file order.
+    holdout : Holdout, optional
+        Rows it holds out are left out.
+    stream_label : int, optional
+        2PMB: only rows of this class are streamed.
+    """
+    keep = np.ones(y.shape[0], dtype=bool)
+    if holdout is not None:
+        keep &= ~holdout.mask(y, row_ids)
+    if stream_label is not None:
+        keep &= y == stream_label
+    rows = np.flatnonzero(keep)
+    return rows[row_order(random_state, pass_index, block, rows.shape[0], shuffle)]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit of the stream: block ``block`` in pass ``pass_index``."""
+
+    pass_index: int
+    block: int
+
+
+def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffle: bool,
+             check_rows: int | None) -> tuple[list[Step], list[int]]:
+    """The steps of ``n_passes`` passes and the steps after which the selection looks.
+
+    Parameters
+    ----------
+    block_sizes : list of int
+        Rows of each block (before the holdout): the check clock counts these.
+    check_rows : int or None
+        Rows between checks (module doc); None: one check, after the last step.
+
+    Returns
+    -------
+    steps : list of Step
+    checks : list of int
+        Increasing step indices ``i``: a check follows ``steps[i]``.
+    """
+    n_blocks = len(block_sizes)
+    steps = [Step(p, int(j)) for p in range(n_passes)
+             for j in block_order(random_state, p, n_blocks, shuffle)]
+    if check_rows is None or not steps:
+        return steps, [len(steps) - 1] if steps else []
+    per_pass = max(1, sum(block_sizes))
+    checks: list[int] = []
+    if per_pass <= check_rows:
+        every = -(-check_rows // per_pass)
+        checks = [(p + 1) * n_blocks - 1 for p in range(n_passes) if (p + 1) % every == 0]
+    else:
+        acc = 0
+        for i, s in enumerate(steps):
+            acc += block_sizes[s.block]
+            end_of_pass = (i + 1) % n_blocks == 0
+            if acc >= check_rows or end_of_pass:
+                checks.append(i)
+                acc = 0
+    if not checks or checks[-1] != len(steps) - 1:
+        checks.append(len(steps) - 1)
+    return steps, checks

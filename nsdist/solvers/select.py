@@ -1,0 +1,208 @@
+"""In-fit selection: score the candidates on the validation rows, halve, stop early, pick the best.
+
+At every check of the stream plan (:func:`nsdist.solvers.plan.schedule`) each
+live candidate's model (averaged or last iterate) is scored on the validation
+rows with the exact measure of :mod:`nsdist.metrics`:
+
+* a candidate whose weights are no longer finite is dropped (never chosen);
+* the worse half of the live candidates is dropped (successive halving), down
+  to one;
+* each candidate keeps a snapshot of its best-scoring model;
+* training stops when the best value over all candidates has not improved by
+  more than :data:`~nsdist.solvers.config.MIN_DELTA` for ``n_iter_no_change``
+  checks (early stopping), or when the pass budget is spent.
+
+The returned model is the best snapshot.  For F1 the threshold is the
+plug-in one -- the threshold that maximises F1 on the validation rows
+(:func:`f1_threshold`) -- or the candidate's own, whichever validates better;
+a ranking model's intercept is the measure's cut on the validation rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import MIN_DELTA, TrainConfig
+from .kernel import SGDState
+from .measure import cut_intercept, get_measure, measure_function
+
+__all__ = ["Selection", "f1_threshold"]
+
+
+def f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """The largest F1 of a labelling ``s > t`` over all ``t``, and a ``t`` that attains it.
+
+    With the scores sorted decreasingly, cutting after each group of tied
+    scores gives every labelling a threshold can make; ``t`` is the midpoint
+    to the next lower score (or 1 below the lowest).  Labelling nothing
+    positive (F1 = 0) is the fallback, ``t`` above the top score.  O(n log n).
+    """
+    s = np.asarray(s, dtype=np.float64)
+    n_pos = int(np.count_nonzero(y > 0))
+    if s.shape[0] == 0 or n_pos == 0:
+        return 0.0, float(s.max() + 1.0) if s.size else 0.0
+    order = np.argsort(-s, kind="stable")
+    ss, yy = s[order], y[order] > 0
+    tp = np.cumsum(yy)
+    k = np.arange(1, ss.shape[0] + 1)
+    last = np.flatnonzero(np.append(ss[1:] != ss[:-1], True))     # group ends
+    f1 = 2.0 * tp[last] / (k[last] + n_pos)
+    i = int(np.argmax(f1))
+    if f1[i] <= 0:
+        return 0.0, float(ss[0] + 1.0)
+    j = last[i]
+    t = ss[j] - 1.0 if j + 1 == ss.shape[0] else (ss[j] + ss[j + 1]) / 2.0
+    if not ss[j] > t:          # midpoint rounded onto the upper score: step below it
+        t = np.nextafter(ss[j], -np.inf)
+    return float(f1[i]), float(t)
+
+
+@dataclass
+class Selection:
+    """The selection's memory across checks (plain data, checkpointed with the state).
+
+    Attributes
+    ----------
+    value : ndarray (M,)
+        Each candidate's best validation value so far (``-inf``: never scored or diverged).
+    W, b : ndarray (d, M), (M,)
+        Each candidate's best model (``b`` with the plug-in threshold folded in for F1).
+    at_epoch : ndarray (M,)
+        Step count of each snapshot.
+    dropped : ndarray (M,)
+        The check that dropped the candidate (0: alive).
+    reason : list of str
+        Why each dropped candidate was dropped.
+    checks, stale : int
+        Checks so far; checks since the best improved.
+    best : float
+        The best value over all candidates.
+    curve : list of dict
+        One point per check: rows seen, steps, best value, live candidates.
+    """
+
+    value: np.ndarray
+    W: np.ndarray
+    b: np.ndarray
+    at_epoch: np.ndarray
+    dropped: np.ndarray
+    reason: list[str]
+    checks: int = 0
+    stale: int = 0
+    best: float = -np.inf
+    curve: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, d: int, m: int) -> "Selection":
+        return cls(np.full(m, -np.inf), np.zeros((d, m)), np.zeros(m), np.zeros(m, dtype=np.int64),
+                   np.zeros(m, dtype=np.int64), [""] * m)
+
+    # ---------------------------------------------------------------- scoring
+    def score(self, cfg: TrainConfig, W: np.ndarray, b: np.ndarray, X_val, y_val: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Validation value and effective intercept of each column of ``(W, b)``."""
+        S = np.asarray(X_val @ W.astype(X_val.dtype, copy=False), dtype=np.float64)
+        P = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+        thresholded = get_measure(cfg.measure).thresholded
+        values, b_eff = np.empty(W.shape[1]), b.astype(np.float64).copy()
+        for j in range(W.shape[1]):
+            s = S[:, j] + b[j]
+            if not np.all(np.isfinite(s)):
+                values[j] = -np.inf
+                continue
+            if thresholded:
+                own = P(y_val, s) if cfg.fit_intercept else P(y_val, S[:, j])
+                values[j] = own
+                if cfg.plug_in:
+                    plug, t = f1_threshold(y_val, s)
+                    if plug > own:
+                        values[j], b_eff[j] = plug, b[j] - t
+            else:
+                values[j] = P(y_val, s)
+        return values, b_eff
+
+    # ----------------------------------------------------------------- checks
+    def check(self, cfg: TrainConfig, state: SGDState, X_val, y_val: np.ndarray) -> tuple[SGDState, bool]:
+        """Score the live candidates, update the snapshots, halve; return the state and whether to stop."""
+        self.checks += 1
+        state = state.copy()
+        cols = np.flatnonzero(state.alive)
+        W, b = state.averaged() if cfg.average else (state.W, state.b)
+        finite = np.all(np.isfinite(W[:, cols]), axis=0) & np.isfinite(b[cols])
+        for c in cols[~finite]:
+            self._drop(state, c, "diverged (non-finite weights)")
+        cols = cols[finite]
+        if cols.size == 0:
+            if not np.isfinite(self.value).any():
+                raise FloatingPointError("every candidate diverged (non-finite weights); set a smaller eta")
+            return state, True
+        values, b_eff = self.score(cfg, W[:, cols], b[cols], X_val, y_val)
+        for c, v in zip(cols[~np.isfinite(values)], values[~np.isfinite(values)]):
+            self._drop(state, c, "diverged (non-finite scores)")
+        better = values > self.value[cols]
+        for c, v, be in zip(cols[better], values[better], b_eff[better]):
+            self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
+        top = float(values.max()) if values.size else -np.inf
+        if top > self.best + MIN_DELTA:
+            self.best, self.stale = top, 0
+        else:
+            self.best, self.stale = max(self.best, top), self.stale + 1
+        live = cols[np.isfinite(values)]
+        live_values = values[np.isfinite(values)]
+        if live.size > 1:                                # successive halving: keep the better half
+            order = np.lexsort((live, -live_values))      # best first; ties: lower index first
+            for c in live[order[-(live.size // 2):]]:
+                self._drop(state, c, f"halved at check {self.checks}")
+        self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
+                           "best": self.best, "alive": int(state.alive.sum())})
+        stop = cfg.early_stopping and self.stale >= cfg.n_iter_no_change
+        return state, stop
+
+    def _drop(self, state: SGDState, c: int, reason: str) -> None:
+        state.alive[c] = False
+        self.dropped[c] = self.checks
+        self.reason[c] = reason
+
+    # ----------------------------------------------------------------- result
+    def winner(self) -> int:
+        """The candidate with the best snapshot (ties: the first)."""
+        if not np.isfinite(self.value).any():
+            raise FloatingPointError("no candidate produced a finite validation score")
+        return int(np.argmax(self.value))
+
+    def model(self, cfg: TrainConfig, X_val, y_val: np.ndarray) -> tuple[np.ndarray, float]:
+        """The selected ``(w, b)``: the winner's snapshot; a ranking model's cut on the validation rows."""
+        m = self.winner()
+        w, b = self.W[:, m].copy(), float(self.b[m])
+        if not get_measure(cfg.measure).thresholded:
+            if cfg.fit_intercept:
+                s = np.asarray(X_val @ w.astype(X_val.dtype, copy=False), dtype=np.float64)
+                b = cut_intercept(cfg.measure, y_val, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
+            else:
+                b = 0.0
+        return w, b
+
+    def report(self, cfg: TrainConfig) -> list[dict]:
+        """Per candidate: its description, best validation value, steps at the snapshot, drop check and reason."""
+        win = self.winner() if np.isfinite(self.value).any() else -1
+        rows = []
+        for m, c in enumerate(cfg.candidates):
+            rows.append({**c.describe(), "validation": float(self.value[m]) if np.isfinite(self.value[m]) else None,
+                         "steps": int(self.at_epoch[m]), "dropped_at_check": int(self.dropped[m]) or None,
+                         "reason": self.reason[m] or None, "selected": m == win})
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"value": [float(v) if np.isfinite(v) else None for v in self.value], "W": self.W.tolist(),
+                "b": self.b.tolist(), "at_epoch": self.at_epoch.tolist(), "dropped": self.dropped.tolist(),
+                "reason": list(self.reason), "checks": self.checks, "stale": self.stale,
+                "best": self.best if np.isfinite(self.best) else None, "curve": self.curve}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Selection":
+        return cls(np.array([-np.inf if v is None else v for v in d["value"]], dtype=np.float64),
+                   np.asarray(d["W"], dtype=np.float64), np.asarray(d["b"], dtype=np.float64),
+                   np.asarray(d["at_epoch"], dtype=np.int64), np.asarray(d["dropped"], dtype=np.int64),
+                   list(d["reason"]), int(d["checks"]), int(d["stale"]),
+                   -np.inf if d["best"] is None else float(d["best"]), list(d["curve"]))
