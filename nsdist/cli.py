@@ -132,6 +132,9 @@ def _add_ingest(sub) -> None:
     p.add_argument("--no-shuffle", action="store_true", help="keep the input order (default: shuffle)")
     p.add_argument("--random-state", type=int, default=0, metavar="SEED", help="seed of the shuffle (default 0)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64", help="feature dtype")
+    p.add_argument("--layout", choices=("auto", "dense", "sparse"), default="auto",
+                   help="dense: one column per feature; sparse: CSR-style 'indices'/'values' list columns "
+                   "(the dimension in the metadata); auto (default): sparse when at most half the size of dense")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     p.set_defaults(run=_cmd_ingest)
@@ -260,7 +263,7 @@ def _cmd_ingest(args) -> int:
         "label_column": int(column) if column.lstrip("-").isdigit() else column,
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,
-        "random_state": args.random_state, "dtype": args.dtype}, "command line")
+        "random_state": args.random_state, "dtype": args.dtype, "layout": args.layout}, "command line")
     with connect(args.scheduler) as client:
         announce(client)
         ds = api.ingest(spec.src, args.dst, **spec.options(), overwrite=args.overwrite, client=client)

@@ -68,6 +68,9 @@ class IngestSpec(_Section):
     shuffle: bool = Field(True, description="write the rows in a uniformly random order")
     random_state: int = Field(0, ge=0, description="seed of the shuffle")
     dtype: Literal["float32", "float64"] = Field("float64", description="feature dtype")
+    layout: Literal["auto", "dense", "sparse"] = Field(
+        "auto", description="dense: a column per feature; sparse: CSR-style indices/values list columns; "
+                            "auto: sparse when at most half the size of dense")
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`nsdist.ingest` (besides ``src`` and ``dst``)."""

@@ -2,7 +2,9 @@
 
 A model is a directory (local path or fsspec URL)::
 
-    model.json              measure, parameters, feature names and dimension,
+    model.json              measure, parameters, feature names (a list, or for
+                            generated names ``x0 .. x{d-1}`` the compact range
+                            ``{"prefix": "x", "start": 0, "n": d}``) and dimension,
                             dataset fingerprint, history summary, version, time,
                             and the name + sha256 of the weights file
     weights-<sha12>.npy     float64 vector [w_1 .. w_d, b] (np.save, no pickle)
@@ -11,6 +13,12 @@ A model is a directory (local path or fsspec URL)::
 content-addressed name, then ``model.json`` is replaced atomically, then the
 previous weights file is removed.  A reader sees the old model or the new one,
 never a mix; a crash mid-save leaves the previous model loadable.
+
+Wide models: ``n_features`` is stored, and generated names stay a
+:class:`~nsdist._names.NameRange` in memory and a three-key object in JSON, so
+saving and loading a 2^24-feature model costs about the time of writing and
+hashing its 128 MiB of weights.  :meth:`LinearModel.decision_function` takes
+dense arrays and scipy sparse matrices (CSR/CSC/COO ...).
 """
 from __future__ import annotations
 
@@ -20,13 +28,14 @@ import io
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import fsspec
 import numpy as np
 
 from . import __version__
+from ._names import NameRange, names_from_json, names_to_json, same_names
 
 __all__ = ["LinearModel", "load_model", "atomic_write_bytes", "FORMAT_VERSION"]
 
@@ -73,7 +82,8 @@ class LinearModel:
         The measure optimised (``"pauc"``, ``"auc"``, ``"prec@k"``, ``"prbep"``, ``"f1"``).
     params : dict
         Solver and loss parameters (plain JSON values).
-    feature_names : list of str
+    feature_names : list of str or NameRange
+        Default: ``NameRange("x", 0, d)``, i.e. ``x0 .. x{d-1}`` (compact).
     dataset_fingerprint : str or None
         Fingerprint of the training data.
     history : dict
@@ -86,7 +96,7 @@ class LinearModel:
     intercept: float
     measure: str
     params: dict = field(default_factory=dict)
-    feature_names: list[str] = field(default_factory=list)
+    feature_names: list[str] | NameRange = field(default_factory=list)
     dataset_fingerprint: str | None = None
     history: dict = field(default_factory=dict)
     version: str = __version__
@@ -95,8 +105,12 @@ class LinearModel:
     def __post_init__(self) -> None:
         self.coef = np.asarray(self.coef, dtype=np.float64).ravel()
         self.intercept = float(self.intercept)
-        if not self.feature_names:
-            self.feature_names = [f"x{i}" for i in range(self.coef.shape[0])]
+        if isinstance(self.feature_names, dict):
+            self.feature_names = names_from_json(self.feature_names, self.coef.shape[0], "feature_names")
+        if len(self.feature_names) == 0:
+            self.feature_names = NameRange("x", 0, self.coef.shape[0])
+        elif not isinstance(self.feature_names, NameRange):
+            self.feature_names = list(self.feature_names)
         if len(self.feature_names) != self.coef.shape[0]:
             raise ValueError(f"{len(self.feature_names)} feature names for {self.coef.shape[0]} weights")
 
@@ -114,13 +128,23 @@ class LinearModel:
         return self.coef.shape[0]
 
     def decision_function(self, X) -> np.ndarray:
-        """Scores ``X @ coef + intercept``."""
-        from ._validation import check_matrix
+        """Scores ``X @ coef + intercept`` (float64, shape ``(n,)``).
 
-        X = check_matrix(X)
+        ``X``: a dense 2-D array or a scipy sparse matrix / array (used as CSR,
+        never densified); a float32 ``X`` is multiplied in float32.
+        """
+        import scipy.sparse as sp
+
+        if sp.issparse(X):
+            X = _check_sparse(X)
+        else:
+            from ._validation import check_matrix
+
+            X = check_matrix(X)
         if X.shape[1] != self.n_features:
             raise ValueError(f"X has {X.shape[1]} features, the model expects {self.n_features}")
-        return X @ self.coef.astype(X.dtype, copy=False) + self.intercept
+        s = np.asarray(X @ self.coef.astype(X.dtype, copy=False)).ravel()
+        return s.astype(np.float64, copy=False) + self.intercept
 
     def predict(self, X) -> np.ndarray:
         """Labels ``+1`` where the score is positive, else ``-1``."""
@@ -128,9 +152,16 @@ class LinearModel:
 
     def check_features(self, names: list[str], *, where: str = "the data") -> None:
         """Refuse data whose feature schema differs from the model's, naming the difference."""
-        names = list(names)
-        if names == self.feature_names:
+        if same_names(names, self.feature_names):
             return
+        if isinstance(names, NameRange) or isinstance(self.feature_names, NameRange):
+            if len(names) != self.n_features:
+                raise ValueError(f"feature schema of {where} does not match the model: {len(names)} "
+                                 f"features where the model has {self.n_features}")
+            first = next(i for i, (a, b) in enumerate(zip(names, self.feature_names)) if a != b)
+            raise ValueError(f"feature names of {where} differ from the model's at position {first}: "
+                             f"{names[first]!r} where the model has {self.feature_names[first]!r}")
+        names = list(names)
         missing = [n for n in self.feature_names if n not in names]
         extra = [n for n in names if n not in self.feature_names]
         if missing or extra:
@@ -146,9 +177,9 @@ class LinearModel:
 
     # ------------------------------------------------------------------ storage
     def metadata(self) -> dict[str, Any]:
-        meta = asdict(self)
-        meta.pop("coef")
-        meta.pop("intercept")
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("coef", "intercept")}
+        meta = json.loads(json.dumps(meta, default=_plain))   # a deep copy in plain JSON values
+        meta["feature_names"] = names_to_json(self.feature_names)
         meta["n_features"] = self.n_features
         meta["format_version"] = FORMAT_VERSION
         return meta
@@ -156,9 +187,7 @@ class LinearModel:
     def save(self, url: str, storage_options: dict | None = None) -> str:
         """Save to the directory ``url`` atomically (see the module docstring); return ``url``."""
         so = storage_options or {}
-        buf = io.BytesIO()
-        np.save(buf, np.append(self.coef, self.intercept), allow_pickle=False)
-        data = buf.getvalue()
+        data = _npy_bytes(self.coef, self.intercept)
         digest = hashlib.sha256(data).hexdigest()
         fs, root = fsspec.core.url_to_fs(url, **so)
         old = _read_json(fs, f"{root}/model.json").get("weights", {}).get("file") if fs.exists(f"{root}/model.json") else None
@@ -167,7 +196,8 @@ class LinearModel:
         meta = self.metadata()
         meta["weights"] = {"file": weights_name, "sha256": digest, "dtype": "float64",
                            "layout": "coef followed by intercept"}
-        atomic_write_bytes(_join(url, "model.json"), json.dumps(meta, indent=2, sort_keys=True).encode(), so)
+        indent = 2 if isinstance(self.feature_names, NameRange) or self.n_features <= 10_000 else None
+        atomic_write_bytes(_join(url, "model.json"), json.dumps(meta, indent=indent, sort_keys=True).encode(), so)
         if old and old != weights_name:
             try:
                 fs.rm(f"{root}/{old}")
@@ -195,17 +225,96 @@ class LinearModel:
         wpath = f"{root}/{wmeta['file']}"
         if "/" in wmeta["file"] or not fs.exists(wpath):
             raise ValueError(f"{url}: weights file {wmeta['file']!r} named by model.json is missing")
-        data = fs.cat_file(wpath)
+        data = _read_into_array(fs, wpath)
         if hashlib.sha256(data).hexdigest() != wmeta["sha256"]:
             raise ValueError(f"{url}/{wmeta['file']}: checksum mismatch — the weights file is truncated or was modified")
         try:
-            vec = np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as exc:
+            vec = _npy_vector(data)
+        except (ValueError, EOFError) as exc:
             raise ValueError(f"{url}/{wmeta['file']}: not a plain .npy array ({exc})") from None
         if vec.shape != (n + 1,) or not np.all(np.isfinite(vec)):
             raise ValueError(f"{url}/{wmeta['file']}: expected {n + 1} finite values, got shape {vec.shape}")
         known = {f for f in cls.__dataclass_fields__}
         return cls(coef=vec[:n], intercept=float(vec[n]), **{k: v for k, v in meta.items() if k in known})
+
+
+def _npy_bytes(coef: np.ndarray, intercept: float) -> bytearray:
+    """The ``np.save`` file of the float64 vector ``[coef, intercept]``, built with one copy."""
+    d = coef.shape[0]
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False, "shape": (d + 1,)})
+    header = head.getvalue()
+    buf = bytearray(len(header) + 8 * (d + 1))
+    buf[:len(header)] = header
+    vec = np.frombuffer(buf, dtype="<f8", offset=len(header))
+    vec[:d] = coef
+    vec[d] = intercept
+    return buf
+
+
+def _read_into_array(fs, path: str) -> np.ndarray:
+    """A file's bytes as a writeable uint8 array (read straight into it when the file allows)."""
+    size = int(fs.size(path))
+    buf = np.empty(size, dtype=np.uint8)
+    try:
+        with fs.open(path, "rb") as fh:
+            got = 0
+            view = memoryview(buf)
+            while got < size:
+                k = fh.readinto(view[got:])
+                if not k:
+                    break
+                got += k
+        if got == size:
+            return buf
+    except (AttributeError, NotImplementedError, io.UnsupportedOperation):
+        pass
+    return np.frombuffer(bytearray(fs.cat_file(path)), dtype=np.uint8)
+
+
+def _npy_vector(data: np.ndarray) -> np.ndarray:
+    """The 1-D array in ``.npy`` bytes, as a view (no pickles, no copy)."""
+    head = io.BytesIO(data[:min(len(data), 65536 + 16)].tobytes())
+    version = np.lib.format.read_magic(head)
+    read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:
+        raise ValueError(f"unsupported .npy version {version}")
+    shape, fortran, dtype = read(head)
+    if dtype.hasobject or len(shape) != 1:
+        raise ValueError(f"expected a 1-D numeric array, got shape {shape} of {dtype}")
+    offset = head.tell()
+    if len(data) - offset != shape[0] * dtype.itemsize:
+        raise ValueError(f"{len(data) - offset} data bytes for {shape[0]} values of {dtype}")
+    return data[offset:].view(dtype)
+
+
+def _plain(obj):
+    """JSON fallback for numpy scalars/arrays and name ranges in metadata."""
+    if isinstance(obj, NameRange):
+        return obj.to_json()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _check_sparse(X):
+    """A scipy sparse matrix as float CSR with finite stored values."""
+    X = X.tocsr()
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
+    if not np.issubdtype(X.dtype, np.floating):
+        if np.issubdtype(X.dtype, np.integer) or X.dtype == bool:
+            X = X.astype(np.float64)
+        else:
+            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    finite = np.isfinite(X.data)
+    if not finite.all():
+        t = int(np.argmax(~finite))
+        r = int(np.searchsorted(X.indptr, t, side="right") - 1)
+        raise ValueError(f"X[{r}, {X.indices[t]}] = {X.data[t]} is not finite (row {r}, feature {X.indices[t]})")
+    return X
 
 
 def load_model(path: str, storage_options: dict | None = None) -> LinearModel:

@@ -67,7 +67,7 @@ def test_fixed_size_list_and_sparse_layouts(tmp_path):
     pq.write_table(sparse.replace_schema_metadata(schema_meta), tmp_path / "s.parquet")
     ds = Dataset.open(tmp_path / "s.parquet")
     assert ds.schema.layout == "sparse" and ds.n_features == 5
-    np.testing.assert_array_equal(ds.read_partition(0)[0], [[1.5, 0, 0, -2, 0], [0] * 5, [0, 4, 0, 0, 0]])
+    np.testing.assert_array_equal(ds.read_partition(0)[0].toarray(), [[1.5, 0, 0, -2, 0], [0] * 5, [0, 4, 0, 0, 0]])
     pq.write_table(sparse, tmp_path / "nodim.parquet")
     with pytest.raises(ValueError, match="need the dimension in the schema metadata"):
         Dataset.open(tmp_path / "nodim.parquet")

@@ -20,7 +20,7 @@ from nsdist.data import DataNotFoundError, Dataset, ingest
 
 
 def _read_all(ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
-    parts = [ds.read_partition(i) for i in range(len(ds.partitions))]
+    parts = [ds.read_partition(i, sparse=False) for i in range(len(ds.partitions))]
     return np.vstack([X for X, _ in parts]), np.concatenate([y for _, y in parts])
 
 
@@ -79,7 +79,8 @@ def test_svmlight_bz2_shuffled_is_a_permutation(shared_data, tmp_path, dask_clie
 
 
 def test_svmlight_empty_rows_w8a(shared_data, tmp_path, dask_client):
-    ds = ingest(shared_data / "w8a" / "w8a.xz", tmp_path / "w8a", dtype="float32", client=dask_client)
+    ds = ingest(shared_data / "w8a" / "w8a.xz", tmp_path / "w8a", dtype="float32", layout="dense",
+                client=dask_client)
     assert (ds.num_rows, ds.n_features, ds.metadata["positives"]) == (49749, 300, 1479)
     assert pq.read_schema(ds.partitions[0].path).field("x1").type == "float"
     X, y = ds.read_partition(0, dtype=np.float32)

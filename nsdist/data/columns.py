@@ -13,7 +13,17 @@ Three layouts (SPEC §5):
     dimension ``n_features`` in the ``nsdist`` schema metadata.
 
 Feature names: the column names (``"columns"``), else ``metadata["feature_names"]``
-if present, else ``x0 ... x{d-1}``.
+if present (a list, or a compact ``{"prefix": "x", "start": 1, "n": d}`` range:
+see :mod:`nsdist._names`), else ``x0 ... x{d-1}`` (a :class:`~nsdist._names.NameRange`,
+so a 2^24-feature dataset does not carry 2^24 strings).
+
+Matrices: ``"columns"`` and ``"vector"`` partitions load as dense C-ordered
+ndarrays, ``"sparse"`` partitions as ``scipy.sparse.csr_matrix`` (int32 indices
+while they fit, sorted within each row, explicit entries kept as stored).
+Every sparse row is checked: ``indices`` and ``values`` present and of equal
+length, every index in ``[0, n_features)``, strictly increasing within the row
+(unsorted or duplicate indices are refused), every value finite; an error
+names the partition and the 0-based row.
 """
 from __future__ import annotations
 
@@ -23,7 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
 
+from nsdist._names import NameRange, names_from_json, names_to_json
 from nsdist._validation import as_pm1_labels
 
 __all__ = ["FeatureSchema"]
@@ -67,7 +79,7 @@ class FeatureSchema:
         Label column name.
     columns : tuple of (name, kind)
         The Parquet columns read for features, with their kind.
-    names : tuple of str
+    names : tuple of str or NameRange
         Feature names, ``len(names) == n_features``.
     all_columns : tuple of str or None
         Every column of the first partition when the features were inferred
@@ -78,7 +90,7 @@ class FeatureSchema:
     layout: str
     label: str
     columns: tuple[tuple[str, str], ...]
-    names: tuple[str, ...]
+    names: tuple[str, ...] | NameRange
     all_columns: tuple[str, ...] | None
 
     @property
@@ -94,7 +106,7 @@ class FeatureSchema:
     def describe(self) -> dict:
         """JSON-ready description (part of the dataset fingerprint)."""
         return {"layout": self.layout, "label_column": self.label,
-                "columns": [list(c) for c in self.columns], "feature_names": list(self.names)}
+                "columns": [list(c) for c in self.columns], "feature_names": names_to_json(self.names)}
 
     @classmethod
     def infer(cls, schema: pa.Schema, *, label_column: str = "label",
@@ -138,6 +150,13 @@ class FeatureSchema:
             all_columns: tuple[str, ...] | None = tuple(candidates)
         else:
             selected, all_columns = feature_columns, None
+        recorded = metadata.get("label_column")          # the label ingest wrote, if it did
+        chosen = [selected] if isinstance(selected, str) else list(selected)
+        for name in dict.fromkeys((label_column, recorded)):
+            if name is not None and name in chosen:
+                hint = (f"; ingest recorded it as the label: pass label_column={recorded!r}"
+                        if name == recorded != label_column else "")
+                raise ValueError(f"{where}: column {name!r} is the label, not a feature{hint}")
         if isinstance(selected, str):
             return cls._vector(selected, types, label_column, metadata, all_columns, where)
         for name in selected:
@@ -204,16 +223,26 @@ class FeatureSchema:
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
-    def features(self, table: pa.Table, dtype=np.float64, where: str = "") -> np.ndarray:
-        """The ``(n, d)`` feature matrix (C order), built column by column into one array.
+    def features(self, table: pa.Table, dtype=np.float64, where: str = "", *,
+                 sparse: bool | None = None) -> np.ndarray | sp.csr_matrix:
+        """The ``(n, d)`` feature matrix.
+
+        ``sparse=None`` gives the layout's own form: a dense C-ordered ndarray for
+        ``"columns"`` / ``"vector"``, a ``scipy.sparse.csr_matrix`` for
+        ``"sparse"``; ``True`` / ``False`` force CSR / dense.
 
         Raises
         ------
         ValueError
             ``"<where>: row r: feature 'name' ..."`` for a null, NaN or infinite
-            value, or a sparse index out of range.
+            value; for the sparse layout also missing or unequal-length
+            ``indices``/``values``, an index outside ``[0, d)``, unsorted or
+            duplicate indices (see the module docstring).
         """
         dtype = np.dtype(dtype)
+        if self.layout == "sparse":
+            X = self._sparse_matrix(table, dtype, where)
+            return X.toarray() if sparse is False else X
         out = np.empty((table.num_rows, self.n_features), dtype=dtype)
         target = pa.from_numpy_dtype(dtype)
         if self.layout == "columns":
@@ -225,15 +254,13 @@ class FeatureSchema:
                         raise ValueError(f"{where}: row {row}: feature {name!r} is missing (null)")
                     out[offset:offset + len(chunk), j] = pc.cast(chunk, target, safe=False).to_numpy()
                     offset += len(chunk)
-        elif self.layout == "vector":
-            self._fill_vector(table.column(self.columns[0][0]), out, target, where)
         else:
-            self._fill_sparse(table, out, target, where)
+            self._fill_vector(table.column(self.columns[0][0]), out, target, where)
         finite = np.isfinite(out)
         if not finite.all():
             row, j = np.argwhere(~finite)[0]
             raise ValueError(f"{where}: row {row}: feature {self.names[j]!r} = {out[row, j]} is not finite")
-        return out
+        return sp.csr_matrix(out) if sparse else out
 
     def _fill_vector(self, column: pa.ChunkedArray, out: np.ndarray, target: pa.DataType,
                      where: str) -> None:
@@ -249,33 +276,67 @@ class FeatureSchema:
             out[offset:offset + len(chunk)] = pc.cast(values, target, safe=False).to_numpy().reshape(-1, d)
             offset += len(chunk)
 
-    def _fill_sparse(self, table: pa.Table, out: np.ndarray, target: pa.DataType, where: str) -> None:
-        out[:] = 0
-        offset = 0
-        for idx_chunk, val_chunk in zip(table.column("indices").chunks,
-                                        table.column("values").chunks):
-            lengths = [pc.list_value_length(c).to_numpy(zero_copy_only=False) for c in (idx_chunk, val_chunk)]
-            if idx_chunk.null_count or val_chunk.null_count or (lengths[0] != lengths[1]).any():
-                row = _first(idx_chunk.is_null().to_numpy(zero_copy_only=False)
-                             | val_chunk.is_null().to_numpy(zero_copy_only=False)
-                             | (lengths[0] != lengths[1]))
-                raise ValueError(f"{where}: row {offset + row}: 'indices' and 'values' are missing "
-                                 "or differ in length")
-            rows = offset + np.repeat(np.arange(len(idx_chunk)), lengths[0])
-            cols = idx_chunk.flatten().to_numpy(zero_copy_only=False)
-            bad = (cols < 0) | (cols >= self.n_features)
+    def _sparse_matrix(self, table: pa.Table, dtype: np.dtype, where: str) -> sp.csr_matrix:
+        """The CSR matrix of the ``indices``/``values`` columns, every row checked."""
+        d, n = self.n_features, table.num_rows
+        idx = table.column("indices").combine_chunks()
+        val = table.column("values").combine_chunks()
+        for name, column in (("indices", idx), ("values", val)):
+            if column.null_count:
+                row = _first(column.is_null().to_numpy(zero_copy_only=False))
+                raise ValueError(f"{where}: row {row}: {name!r} is missing (null)")
+        lengths = pc.list_value_length(idx).to_numpy(zero_copy_only=False).astype(np.int64)
+        val_lengths = pc.list_value_length(val).to_numpy(zero_copy_only=False)
+        if not np.array_equal(lengths, val_lengths):
+            row = _first(lengths != val_lengths)
+            raise ValueError(f"{where}: row {row}: 'indices' has {lengths[row]} entries but 'values' "
+                             f"{val_lengths[row]}; they must have the same length")
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        nnz = int(indptr[-1])
+
+        def row_of(t: int) -> int:
+            return int(np.searchsorted(indptr, t, side="right") - 1)
+
+        flat_idx, flat_val = idx.flatten(), val.flatten()
+        for name, flat in (("indices", flat_idx), ("values", flat_val)):
+            if flat.null_count:
+                t = _first(flat.is_null().to_numpy(zero_copy_only=False))
+                raise ValueError(f"{where}: row {row_of(t)}: {name!r} holds a missing (null) entry")
+        cols = flat_idx.to_numpy(zero_copy_only=False)
+        if nnz and (cols.min() < 0 or cols.max() >= d):
+            t = _first((cols < 0) | (cols >= d))
+            raise ValueError(f"{where}: row {row_of(t)}: feature index {cols[t]} is outside [0, {d})")
+        if nnz > 1:
+            bad = cols[1:] <= cols[:-1]
+            starts = indptr[1:-1]
+            starts = starts[(starts > 0) & (starts < nnz)]
+            bad[starts - 1] = False          # a row's first entry may be anything
             if bad.any():
-                t = _first(bad)
-                raise ValueError(f"{where}: row {rows[t]}: feature index {cols[t]} is outside "
-                                 f"[0, {self.n_features})")
-            out[rows, cols] = pc.cast(val_chunk.flatten(), target, safe=False).to_numpy(zero_copy_only=False)
-            offset += len(idx_chunk)
+                t = _first(bad) + 1
+                what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
+                raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
+                                 "indices must be strictly increasing within a row")
+        values = np.array(pc.cast(flat_val, pa.from_numpy_dtype(dtype), safe=False)
+                          .to_numpy(zero_copy_only=False), dtype=dtype)
+        finite = np.isfinite(values)
+        if not finite.all():
+            t = _first(~finite)
+            raise ValueError(f"{where}: row {row_of(t)}: feature {self.names[int(cols[t])]!r} = "
+                             f"{values[t]} is not finite")
+        small = max(d, nnz) < 2**31
+        itype = np.int32 if small else np.int64
+        X = sp.csr_matrix((values, np.array(cols, dtype=itype), indptr.astype(itype, copy=False)),
+                          shape=(n, d), copy=False)
+        X.has_sorted_indices = True
+        return X
 
 
-def _names(metadata: dict, d: int, where: str) -> tuple[str, ...]:
+def _names(metadata: dict, d: int, where: str) -> tuple[str, ...] | NameRange:
     names = metadata.get("feature_names")
     if names is None:
-        return tuple(f"x{j}" for j in range(d))
+        return NameRange("x", 0, d)
+    names = names_from_json(names, d, where)
     if len(names) != d:
         raise ValueError(f"{where}: metadata lists {len(names)} feature names for {d} features")
-    return tuple(names)
+    return names if isinstance(names, NameRange) else tuple(names)

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 from fsspec.spec import AbstractFileSystem
 
+from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
 from nsdist.data.fs import DataNotFoundError, display, resolve
@@ -149,7 +151,7 @@ class Dataset:
         sidecar = _sidecar(fs, root, partitions) if root == path else None
         stored = sidecar or {k: v for k, v in stored.items() if k not in _WHOLE_DATASET_COUNTS}
         derived = {"layout": schema.layout, "label_column": schema.label,
-                   "feature_names": list(schema.names), "n_features": schema.n_features,
+                   "feature_names": names_to_json(schema.names), "n_features": schema.n_features,
                    "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint}
         return cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
 
@@ -159,9 +161,20 @@ class Dataset:
         return self.schema.n_features
 
     @property
-    def feature_names(self) -> list[str]:
-        """Feature names, in column order of the matrices :meth:`read_partition` returns."""
-        return list(self.schema.names)
+    def feature_names(self) -> list[str] | NameRange:
+        """Feature names, in column order of the matrices :meth:`read_partition` returns.
+
+        A list, or for generated names (``x0 .. x{d-1}``; svmlight's ``x1 .. xd``) a
+        :class:`~nsdist._names.NameRange`: a compact sequence of str; pass it on
+        as it is (``list()`` of 2^24 names takes seconds and gigabytes).
+        """
+        names = self.schema.names
+        return names if isinstance(names, NameRange) else list(names)
+
+    @property
+    def is_sparse(self) -> bool:
+        """Whether partitions load as ``scipy.sparse.csr_matrix`` (the ``"sparse"`` layout)."""
+        return self.schema.layout == "sparse"
 
     @property
     def label_column(self) -> str:
@@ -199,12 +212,24 @@ class Dataset:
                                    metadata={**self.metadata, "num_rows": offset, "num_partitions": len(parts),
                                              "fingerprint": fingerprint})
 
-    def read_partition(self, i: int, *, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    def read_partition(self, i: int, *, dtype=np.float64,
+                       sparse: bool | None = None) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         """Read partition ``i`` as ``(X, y)``.
+
+        Parameters
+        ----------
+        i : int
+        dtype : float32 or float64
+        sparse : bool, optional
+            ``None`` (default): the layout's own form (:attr:`is_sparse`);
+            ``True``: always a CSR matrix; ``False``: always a dense ndarray.
 
         Returns
         -------
-        X : ndarray, shape (num_rows, n_features), C order, ``dtype``
+        X : ndarray, shape (num_rows, n_features), C order, ``dtype``; or, for the
+            sparse layout, a ``scipy.sparse.csr_matrix`` of that shape and dtype
+            (int32 indices, sorted within rows). Both support ``X @ W``,
+            ``X.T @ D``, ``X[rows]``, ``X.shape`` and ``X.dtype``.
         y : ndarray of int8 in {-1, +1}
 
         Raises
@@ -216,7 +241,7 @@ class Dataset:
             a row count changed since :meth:`open`.
         """
         table, where = self._read(i, self.schema.read_columns)
-        return self.schema.features(table, dtype, where), self.schema.labels(table, where)
+        return self.schema.features(table, dtype, where, sparse=sparse), self.schema.labels(table, where)
 
     def read_labels(self, i: int) -> np.ndarray:
         """Only the labels of partition ``i`` (``int8`` in {-1, +1})."""

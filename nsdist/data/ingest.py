@@ -46,7 +46,10 @@ from nsdist._connect import connect
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import check_absent, resolve, staging_directory
+from nsdist._names import names_to_json
 from nsdist.data.labels import LabelValues
+from nsdist.data.layout import arrow_schema, check_layout, choose_layout, record_batch, row_group_rows
+from nsdist.data.layout import partition_rows as layout_partition_rows
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, TextBlock, check_chunk_rows
 from nsdist.data.shuffle import assign_rows, partition_sizes, rng
 from nsdist.data.sources import Categorical, Source, open_source
@@ -64,7 +67,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
            negative: LabelValues = None, categorical: Categorical = (), header: bool | None = None,
            n_features: int | None = None, rows_per_partition: int | None = None,
            chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
-           dtype: str = "float64", overwrite: bool = False,
+           dtype: str = "float64", layout: str = "auto", overwrite: bool = False,
            storage_options: Mapping[str, Any] | None = None,
            client: Client | str | None = None) -> Dataset:
     """Convert ``src`` into a Parquet dataset at ``dst`` and open it.
@@ -116,6 +119,13 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         Seed (>= 0).
     dtype : {"float64", "float32"}
         Type of the feature columns.
+    layout : {"auto", "dense", "sparse"}
+        ``"dense"``: one float column per feature; ``"sparse"``: CSR-style list
+        columns ``indices`` / ``values`` with the dimension in the metadata (see
+        :mod:`nsdist.data.layout`); ``"auto"``: sparse when that takes at most
+        half the memory of dense (svmlight files such as w8a and a9a, CSV with
+        one-hot categorical columns of many levels). Sparse partitions and row groups
+        are sized by non-zeros.
     overwrite : bool
         Replace an existing ``dst`` (only once the new dataset is complete).
     storage_options : mapping, optional
@@ -134,17 +144,19 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     Notes
     -----
     Output: ``dst/part-00000.parquet, ...`` with one float column per feature
-    (named as in :mod:`nsdist.data.sources`) and an ``int8`` column ``label`` in
-    {-1, +1}, plus ``dst/_nsdist.json``. Every file's schema metadata holds,
+    (named as in :mod:`nsdist.data.sources`), or for the sparse layout the list
+    columns ``indices`` (int32, 0-based) and ``values``, and an ``int8`` column
+    ``label`` in {-1, +1}, plus ``dst/_nsdist.json``. Every file's schema metadata holds,
     under key ``b"nsdist"``, the JSON object::
 
         format ("nsdist-dataset"), format_version (1), nsdist_version,
-        layout ("columns"), label_column ("label"), feature_names, n_features,
+        layout ("columns" or "sparse"), label_column ("label"),
+        feature_names (a list, or {prefix, start, n} for svmlight's x1 .. xd), n_features,
         num_rows, positives, dropped_rows, num_partitions,
         label_mapping {column (CSV/Parquet), positive, negative, rule},
         categories {column: [sorted categories]},
         source {format, url, [columns, header] (CSV), [fingerprint] (Parquet)},
-        ingest {shuffle, random_state, rows_per_partition, chunk_rows, dtype}
+        ingest {shuffle, random_state, rows_per_partition, chunk_rows, dtype, nnz}
 
     The sidecar holds the same object plus ``partitions`` (``path``,
     ``num_rows``, ``positives``, ``sha256`` of the file), ``content_sha256``
@@ -163,6 +175,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         ``positive=``), naming the label values found.
     """
     options = _Options.check(rows_per_partition, chunk_rows, shuffle, random_state, dtype)
+    layout = check_layout(layout)
     source = open_source(src, format=format, label_column=label_column, positive=positive,
                          negative=negative, categorical=categorical, header=header,
                          n_features=n_features, storage_options=storage_options)
@@ -176,12 +189,15 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
             raise ValueError(f"{source.name}: no rows to ingest")
         if positives in (0, n_rows):
             raise ValueError(_one_class(source, n_rows, positives, options.chunk_rows))
-        sizes = partition_sizes(n_rows, options.partition_rows(len(source.feature_names)))
+        nnz, d = sum(s.nnz for s in summaries), len(source.feature_names)
+        options = replace(options, layout=choose_layout(layout, n_rows, nnz, d, options.dtype.itemsize),
+                          nnz_per_row=nnz / n_rows)
+        sizes = partition_sizes(n_rows, options.partition_rows(d))
         counts = assign_rows([s.rows for s in summaries], sizes, shuffle=options.shuffle,
                              random_state=options.random_state)
         header_meta = _metadata(source, summaries, options, len(sizes))
-        job = _Job(source, fs, staging, options, _schema(source.feature_names, options.dtype),
-                   header_meta)
+        job = _Job(source, fs, staging, options, arrow_schema(options.layout, source.feature_names,
+                                                               options.dtype), header_meta)
         fs.makedirs(job.work, exist_ok=True)
         scattered = _stream(dask, job.scatter,
                             zip(range(len(counts)), source.blocks(options.chunk_rows), counts))
@@ -252,6 +268,8 @@ class _Options:
     shuffle: bool
     random_state: int
     dtype: np.dtype
+    layout: str = "columns"          # as written: "columns" or "sparse" (fixed after the scan)
+    nnz_per_row: float = 0.0
 
     @classmethod
     def check(cls, rows_per_partition: int | None, chunk_rows: int, shuffle: bool, random_state: int,
@@ -270,8 +288,8 @@ class _Options:
         """``rows_per_partition``, or the default for ``n_features`` (see :func:`ingest`)."""
         if self.rows_per_partition is not None:
             return int(self.rows_per_partition)
-        low, high = _PARTITION_ROWS_RANGE
-        return int(np.clip(PARTITION_BYTES // (self.dtype.itemsize * (n_features + 1)), low, high))
+        return layout_partition_rows(self.layout, n_features, self.nnz_per_row, self.dtype.itemsize,
+                                     PARTITION_BYTES, _PARTITION_ROWS_RANGE)
 
 
 def _is_int(value: Any, low: int) -> bool:
@@ -290,14 +308,15 @@ def _schema(feature_names: Sequence[str], dtype: np.dtype) -> pa.Schema:
 def _metadata(source: Source, summaries, options: _Options, n_partitions: int) -> dict:
     names = source.feature_names
     return {"format": meta.FORMAT, "format_version": meta.FORMAT_VERSION,
-            "nsdist_version": meta.library_version(), "layout": "columns", "label_column": _LABEL,
-            "feature_names": names, "n_features": len(names),
+            "nsdist_version": meta.library_version(), "layout": options.layout, "label_column": _LABEL,
+            "feature_names": names_to_json(names), "n_features": len(names),
             "num_rows": sum(s.rows for s in summaries), "positives": sum(s.positives for s in summaries),
             "dropped_rows": sum(s.dropped for s in summaries), "num_partitions": n_partitions,
             **source.describe(),
             "ingest": {"shuffle": options.shuffle, "random_state": options.random_state,
                        "rows_per_partition": options.partition_rows(len(names)),
-                       "chunk_rows": options.chunk_rows, "dtype": options.dtype.name}}
+                       "chunk_rows": options.chunk_rows, "dtype": options.dtype.name,
+                       "nnz": int(sum(s.nnz for s in summaries))}}
 
 
 def _slices(counts: np.ndarray, b: int) -> list[tuple[int, int]]:
@@ -329,8 +348,7 @@ class _Job:
         if len(y) != counts.sum():
             raise ValueError(f"{self.source.name}: chunk {c} has {len(y)} rows in the second pass but "
                              f"{counts.sum()} in the first: the input changed during ingest")
-        batch = pa.RecordBatch.from_arrays([pa.array(X[:, j]) for j in range(X.shape[1])] + [pa.array(y)],
-                                           schema=self.schema)
+        batch = record_batch(X, y, self.schema)
         if self.options.shuffle:
             batch = batch.take(pa.array(rng(self.options.random_state, 1, c).permutation(len(y))))
         starts = np.concatenate([[0], np.cumsum(counts)])
@@ -351,7 +369,10 @@ class _Job:
             table = table.take(pa.array(rng(self.options.random_state, 2, b).permutation(table.num_rows)))
         table = table.replace_schema_metadata({meta.META_KEY: meta.dumps(self.header_meta)})
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        nnz = (pc.sum(pc.list_value_length(table.column("indices"))).as_py() or 0
+               if self.options.layout == "sparse" else 0)
+        pq.write_table(table, sink, compression="zstd",
+                       row_group_size=row_group_rows(self.options.layout, table.num_rows, nnz))
         data = sink.getvalue()
         name = f"part-{b:05d}.parquet"
         with self.fs.open(posixpath.join(self.staging, name), "wb") as f:

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import scipy.sparse as sp
 from fsspec.spec import AbstractFileSystem
 
 from nsdist.data.fs import DataNotFoundError, display, resolve
@@ -176,6 +177,13 @@ class SvmlightRows:
     def max_index(self) -> int:
         """The largest feature index used (0 if there are no features)."""
         return int(self.indices.max()) if self.indices.size else 0
+
+    def to_csr(self, n_features: int, dtype=np.float64) -> sp.csr_matrix:
+        """``(n, n_features)`` CSR matrix with 0-based columns ``indices - 1``; the file's
+        entries exactly as written (an explicit ``j:0`` stays a stored zero)."""
+        itype = np.int32 if max(n_features, len(self.indices)) < 2**31 else np.int64
+        return sp.csr_matrix((self.values.astype(dtype), (self.indices - 1).astype(itype),
+                              self.indptr.astype(itype)), shape=(len(self.labels), n_features), copy=False)
 
     def to_dense(self, n_features: int, dtype=np.float64) -> np.ndarray:
         """Dense ``(n, n_features)`` matrix (Fortran order: one contiguous column per feature)."""

@@ -7,12 +7,20 @@ A source is a small picklable object. Ingest calls, in this order:
 ``scan(block)``          in a task: validate a chunk and summarise it (rows,
                          positives, largest svmlight index, CSV categories);
 ``planned(summaries)``   on the driver: fix the dimension / categories;
-``encode(block, dtype)`` in a task: the chunk as a dense ``(X, y)``.
+``encode(block, dtype)`` in a task: the chunk as ``(X, y)``, ``X`` a dense
+                         Fortran-ordered array or a ``scipy.sparse.csr_matrix``
+                         (svmlight always; CSV with categorical columns; a
+                         sparse Parquet dataset); ingest writes it in the layout
+                         chosen (:mod:`nsdist.data.layout`).
+
+Each summary also counts the chunk's non-zeros (``nnz``: exact for svmlight and
+sparse Parquet input, an upper bound for CSV), from which ingest chooses the
+layout and sizes sparse partitions.
 
 Feature names: CSV header names (``col0, col1, ...`` without a header, by the
 0-based field position), ``"<column>=<category>"`` for one-hot columns;
-``x1 ... x{d}`` for svmlight (the file's own 1-based indices); the source's
-names for Parquet.
+``x1 ... x{d}`` for svmlight (the file's own 1-based indices, kept as a compact
+:class:`~nsdist._names.NameRange`); the source's names for Parquet.
 
 One-hot encoding: each categorical column becomes one 0/1 column per category,
 in sorted order, in place of the column. Pass the ``categories`` recorded in a
@@ -29,9 +37,11 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import infer_compression
 
+from nsdist._names import NameRange
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import DataNotFoundError, display, resolve
 from nsdist.data.labels import LabelRule, LabelValues
@@ -80,7 +90,8 @@ class Summary:
 
     ``lines``: raw lines (or rows) the task held; ``max_index``: largest svmlight
     index; ``categories``: distinct values per CSV categorical column;
-    ``negative_forms``: negative label encodings seen -> first line.
+    ``negative_forms``: negative label encodings seen -> first line;
+    ``nnz``: entries the chunk stores in the sparse layout (CSV: an upper bound).
     """
 
     rows: int
@@ -90,6 +101,7 @@ class Summary:
     max_index: int = 0
     categories: tuple[tuple[str, ...], ...] = ()
     negative_forms: dict[str, int] = field(default_factory=dict)
+    nnz: int = 0
 
 
 class Source(Protocol):
@@ -113,7 +125,7 @@ class Source(Protocol):
         """Names of the encoded features (after :meth:`planned`)."""
 
     def encode(self, block: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-        """One chunk as ``(X, y)``: ``X`` Fortran-ordered ``(n, d)`` of ``dtype``, ``y`` int8 ±1."""
+        """One chunk as ``(X, y)``: ``X`` ``(n, d)`` of ``dtype`` (Fortran-ordered ndarray or CSR), ``y`` int8 ±1."""
 
     def describe(self) -> dict:
         """``{"source": ..., "label_mapping": ..., "categories": ...}`` for the metadata."""
@@ -144,7 +156,7 @@ class SvmlightSource(TextFileSource):
     def scan(self, block: TextBlock) -> Summary:
         rows = parse_svmlight(block, self.rule, n_features=self.n_features)
         return Summary(len(rows.labels), int((rows.labels > 0).sum()), rows.dropped, len(block.lines),
-                       max_index=rows.max_index)
+                       max_index=rows.max_index, nnz=len(rows.indices))
 
     def planned(self, summaries: Sequence[Summary]) -> SvmlightSource:
         d = self.n_features or max((s.max_index for s in summaries), default=0)
@@ -154,12 +166,12 @@ class SvmlightSource(TextFileSource):
         return replace(self, n_features=d)
 
     @property
-    def feature_names(self) -> list[str]:
-        return [f"x{i}" for i in range(1, self.n_features + 1)]
+    def feature_names(self) -> NameRange:
+        return NameRange("x", 1, self.n_features)
 
-    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[sp.csr_matrix, np.ndarray]:
         rows = parse_svmlight(block, self.rule, n_features=self.n_features)
-        return rows.to_dense(self.n_features, dtype), rows.labels
+        return rows.to_csr(self.n_features, dtype), rows.labels
 
     def describe(self) -> dict:
         return {"source": {"format": "svmlight", "url": self.name},
@@ -176,9 +188,10 @@ class CsvSource(TextFileSource):
 
     def scan(self, block: TextBlock) -> Summary:
         rows = parse_csv(block, self.layout, self.rule, numeric=False)
+        n_fields = len(self.layout.numeric) + len(self.layout.categorical)
         return Summary(len(rows.labels), int((rows.labels > 0).sum()), rows.dropped, len(block.lines),
                        categories=tuple(tuple(pc.unique(c).to_pylist()) for c in rows.categorical),
-                       negative_forms=rows.negative_forms)
+                       negative_forms=rows.negative_forms, nnz=len(rows.labels) * n_fields)
 
     def planned(self, summaries: Sequence[Summary]) -> CsvSource:
         forms: dict[str, int] = {}
@@ -206,8 +219,10 @@ class CsvSource(TextFileSource):
                 names.append(name)
         return names
 
-    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, block: TextBlock, dtype: np.dtype) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         rows = parse_csv(block, self.layout, self.rule)
+        if self.layout.categorical:
+            return self._encode_sparse(rows, dtype), rows.labels
         layout = self.layout
         out = np.zeros((len(rows.labels), len(self.feature_names)), dtype=dtype, order="F")
         column = 0
@@ -223,6 +238,34 @@ class CsvSource(TextFileSource):
                 out[:, column] = rows.numeric[:, layout.numeric.index(j)]
                 column += 1
         return out, rows.labels
+
+    def _encode_sparse(self, rows, dtype: np.dtype) -> sp.csr_matrix:
+        """One-hot and numeric fields straight into CSR (many categories never densify);
+        numeric zeros are not stored."""
+        layout, n = self.layout, len(rows.labels)
+        rr, cc, vv = [], [], []
+        column = 0
+        for j in range(len(layout.names)):
+            if j in layout.categorical:
+                k = layout.categorical.index(j)
+                codes = pc.index_in(rows.categorical[k], value_set=pa.array(self.categories[k], pa.string()))
+                codes = codes.to_numpy(zero_copy_only=False)
+                seen = np.flatnonzero(~np.isnan(codes))
+                rr.append(seen)
+                cc.append(column + codes[seen].astype(np.int64))
+                vv.append(np.ones(len(seen)))
+                column += len(self.categories[k])
+            elif j != layout.label:
+                values = rows.numeric[:, layout.numeric.index(j)]
+                nz = np.flatnonzero(values)
+                rr.append(nz)
+                cc.append(np.full(len(nz), column, dtype=np.int64))
+                vv.append(values[nz])
+                column += 1
+        X = sp.csr_matrix((np.concatenate(vv).astype(dtype), (np.concatenate(rr), np.concatenate(cc))),
+                          shape=(n, column))
+        X.sort_indices()
+        return X
 
     def describe(self) -> dict:
         layout = self.layout
@@ -247,8 +290,13 @@ class ParquetSource:
         return range(len(self.dataset.partitions))
 
     def scan(self, block: int) -> Summary:
-        y = self.dataset.read_labels(block)
-        return Summary(len(y), int((y > 0).sum()), 0, len(y))
+        if self.dataset.is_sparse:
+            X, y = self.dataset.read_partition(block)
+            nnz = X.nnz
+        else:
+            y = self.dataset.read_labels(block)
+            nnz = len(y) * self.dataset.n_features
+        return Summary(len(y), int((y > 0).sum()), 0, len(y), nnz=nnz)
 
     def planned(self, summaries: Sequence[Summary]) -> ParquetSource:
         return self
@@ -257,9 +305,9 @@ class ParquetSource:
     def feature_names(self) -> list[str]:
         return self.dataset.feature_names
 
-    def encode(self, block: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def encode(self, block: int, dtype: np.dtype) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         X, y = self.dataset.read_partition(block, dtype=dtype)
-        return np.asfortranarray(X), y
+        return (X if sp.issparse(X) else np.asfortranarray(X)), y
 
     def describe(self) -> dict:
         return {"source": {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint},

@@ -71,20 +71,30 @@ class Loss(ABC):
         return f"{type(self).__name__}({args})"
 
 
-def weight_gradient(X: np.ndarray, dscore: np.ndarray) -> np.ndarray:
+def weight_gradient(X, dscore: np.ndarray) -> np.ndarray:
     """The chain rule ``X.T @ dscore`` over the rows with a non-zero ``dscore`` only.
 
     Every surrogate here puts weight on few rows of a buffer (the positives and
     the top ``m`` negatives for pAUC; the rows whose label ``ybar*`` flips for
     the structural losses), so the product costs ``O(nnz * d)``, not ``O(n d)``
-    (SPEC §3).  Returns float64 of shape ``(d,)``; ``X`` keeps its dtype.
+    (SPEC §3).  ``X`` is a dense ndarray or a scipy sparse matrix (CSR: the
+    product then costs ``O(non-zeros of the rows used)``) and keeps its dtype.
+    ``dscore`` has shape ``(n,)`` (one model) or ``(n, M)`` (a population of
+    ``M`` models: a row is used if any of its ``M`` entries is non-zero).
+
+    Returns
+    -------
+    ndarray of float64, shape ``(d,)`` or ``(d, M)`` like ``dscore``.
     """
-    nz = np.flatnonzero(dscore)
+    dscore = np.asarray(dscore)
+    nz_mask = dscore != 0 if dscore.ndim == 1 else np.any(dscore != 0, axis=1)
+    nz = np.flatnonzero(nz_mask)
     if 4 * nz.shape[0] >= dscore.shape[0]:
-        g = X.T @ dscore.astype(X.dtype, copy=False)
+        rows, coeffs = X, dscore
     else:
-        g = X[nz].T @ dscore[nz].astype(X.dtype, copy=False)
-    return g.astype(np.float64, copy=False)
+        rows, coeffs = X[nz], dscore[nz]
+    g = rows.T @ coeffs.astype(X.dtype, copy=False)
+    return np.asarray(g).astype(np.float64, copy=False)
 
 
 def _check_xyw(X, y, w):
