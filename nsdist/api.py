@@ -18,17 +18,22 @@ from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect
-from .engine.evaluate import check_both_classes, cut_intercept_dataset, evaluate_dataset
+from .engine.evaluate import cut_intercept_dataset, evaluate_dataset
+from .engine.holdout import class_counts, gather_validation, plan_holdout
+from .engine.reservoir import sample_reservoir
 from .engine.scaling import Scaling, feature_scaling
-from .estimator import NonDecomposableClassifier
+from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
+from .solvers.config import TrainConfig
 from .solvers.kernel import SGDState
+from .solvers.measure import get_measure
+from .solvers.plan import schedule
+from .solvers.select import Selection
+from .solvers.sgd import drive
 
 __all__ = ["ingest", "train", "evaluate", "load_model", "open_dataset"]
 
 log = logging.getLogger("nsdist")
-
-_STREAMING = ("1pmb", "2pmb")
 
 
 def open_dataset(dataset: str | Dataset, *, label_column: str = "label", feature_columns=None,
@@ -42,11 +47,17 @@ def open_dataset(dataset: str | Dataset, *, label_column: str = "label", feature
 
 def train(dataset: str | Dataset, *, client=None, label_column: str = "label", feature_columns=None,
           storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
+          checkpoint_options: dict | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
           on_step: Callable[[ChainProgress], None] | None = None, dtype: str = "float64",
-          init_model: LinearModel | None = None, standardize: bool = False, **params) -> LinearModel:
+          init_model: LinearModel | None = None, standardize: bool = True, **params) -> LinearModel:
     """Train on a Parquet dataset, streaming its partitions through Dask.
+
+    The model is the one :class:`~nsdist.NonDecomposableClassifier` fits on the
+    same rows in the same order (``docs/engine.md``): with the defaults, a
+    validation part is held out, a population of candidates is trained in the
+    same passes, and the best on the validation rows is returned.
 
     Parameters
     ----------
@@ -61,122 +72,200 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     checkpoint : str, optional
         URL of the driver checkpoint, written every ``checkpoint_every`` partitions
         or ``checkpoint_seconds`` seconds; ``resume=True`` continues from it.
+    checkpoint_options : dict, optional
+        fsspec options of the checkpoint's URL (default: ``storage_options``).
     validation : (X, y), optional
-        In-memory validation rows; the measure of the averaged model on them is
-        recorded after every partition (the learning curve).
+        Validation rows (raw features, labels in the dataset's encoding
+        ``{-1, +1}``): the selection scores the candidates on them instead of
+        holding out part of the dataset.
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition.
     init_model : LinearModel, optional
-        Warm start (1PMB/2PMB): the first iterate is this model's weights (and
-        intercept, for F1) instead of zero; the step schedule ``eta / sqrt(e)``
-        and the average start afresh.  Its features must match the dataset's.
-    standardize : bool
-        Scale every feature to zero mean and unit variance on the fly (one
-        extra pass computes the moments); the returned model is folded back
-        onto the raw features.  The solvers' defaults are chosen on
-        standardised features.
+        Warm start (1PMB/2PMB): every candidate's first iterate is this model's
+        weights (and intercept, where learned) instead of zero; the step
+        schedule ``eta / sqrt(e)`` and the average start afresh.  Its features
+        must match the dataset's.
+    standardize : bool, default True
+        Scale every feature on the fly (dense: zero mean and unit variance;
+        sparse: unit variance, no centring), from one pass of moments; the
+        returned model is folded back onto the raw features.
     dtype : {"float64", "float32"}
         Precision of the feature buffers on the workers (float32 halves memory
         and bandwidth; the estimator on float32 arrays gives the same model).
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
-        ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ...).  ``1pmb`` and
-        ``2pmb`` stream out of core; ``ftrl``, ``psg`` and ``cp`` are in-memory
-        baselines and load the whole dataset on the driver.
+        ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
+        ``validation_fraction`` ...).  ``1pmb`` and ``2pmb`` stream out of
+        core; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load the
+        whole dataset on the driver.
 
     Returns
     -------
     LinearModel
-        With ``history`` holding the summary and the per-partition curve.
+        With ``history`` holding the summary, the per-partition curve, the
+        per-check validation curve, every candidate (``selection``) and the
+        seconds of each phase.
     """
+    cfg = TrainConfig.from_params(**params)          # every parameter checked before a cluster starts
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
-    est = NonDecomposableClassifier(**params)
-    setup = est._sgd_setup(ds.n_features, ds.num_rows)
     if init_model is not None:
-        if est.solver not in _STREAMING:
-            raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {est.solver!r}")
+        if not cfg.streaming:
+            raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
         init_model.check_features(ds.feature_names, where=f"dataset {ds.url}")
+    phases: dict[str, float] = {}
     with connect(client) as c:
-        if est.solver == "1pmb":     # 2PMB's reservoir pass checks the classes itself
-            check_both_classes(c, ds)
+        t = time.perf_counter()
+        counts = class_counts(c, ds)
+        phases["class_check"] = time.perf_counter() - t
+        t = time.perf_counter()
         scaling = feature_scaling(c, ds) if standardize else None
-        if est.solver not in _STREAMING:
-            model = _train_in_memory(est, ds, scaling)
+        phases["moments"] = time.perf_counter() - t
+        if not cfg.streaming:
+            model = _train_in_memory(cfg, ds, scaling)
         else:
-            cfg = ChainConfig(loss=setup.loss, buffer_size=est.buffer_size, eta=setup.eta, radius=setup.radius,
-                              fit_intercept=setup.fit_intercept, n_passes=est.n_passes, shuffle=est.shuffle,
-                              random_state=est.random_state, two_pass=est.solver == "2pmb", dtype=dtype,
-                              scaling=scaling)
-            model = _stream(c, ds, est, setup, cfg, init_model=init_model, prefetch=prefetch, checkpoint=checkpoint,
-                            checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds,
-                            resume=resume, validation=validation, on_step=on_step,
-                            storage_options=storage_options)
+            model = _stream(c, ds, cfg, counts, scaling, dtype=dtype, init_model=init_model, prefetch=prefetch,
+                            checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                            checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
+                            on_step=on_step, phases=phases,
+                            storage_options=storage_options if checkpoint_options is None else checkpoint_options)
     model.params.update(standardize=standardize, dtype=dtype)
     return model
 
 
-def _stream(c, ds: Dataset, est: NonDecomposableClassifier, setup, cfg: ChainConfig, *, init_model, prefetch, checkpoint,
-            checkpoint_every, checkpoint_seconds, resume, validation, on_step, storage_options) -> LinearModel:
-    """1PMB / 2PMB over the partition chain, with checkpoints, curve and the final cut."""
-    scaling = cfg.scaling
-    job = cfg.token() if init_model is None else tokenize(cfg.token(), init_model.coef, init_model.intercept)
-    start, state, reservoir, prior, offset = 0, None, None, [], 0.0
-    if init_model is not None:   # the raw-feature model, expressed on the (scaled) training features
-        w0 = init_model.coef if scaling is None else init_model.coef * scaling.scale
-        b0 = init_model.intercept + (0.0 if scaling is None else float(init_model.coef @ scaling.mean))
-        state = SGDState(w=w0.copy(), b=b0 if setup.fit_intercept else 0.0)
+def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], scaling: Scaling | None, *, dtype: str,
+            init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, on_step,
+            phases: dict, storage_options) -> LinearModel:
+    """1PMB / 2PMB over the partition chain: holdout, reservoir, segments and checks, checkpoints, the cut."""
+    t = time.perf_counter()
+    holdout = None
+    if validation is not None:
+        Xv = np.asarray(validation[0], dtype=dtype).copy()
+        val = (Xv if scaling is None else scaling.apply(Xv), np.where(np.asarray(validation[1]) > 0, 1, -1))
+    elif cfg.selects and cfg.validation_fraction > 0:
+        holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
+                               max_rows=cfg.validation_max_rows)
+        val = gather_validation(c, ds, holdout, dtype=dtype, scaling=scaling)
+        log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
+    else:
+        val = None
+    phases["validation_sample"] = time.perf_counter() - t
+    n_val = 0 if val is None else val[0].shape[0]
+    cfg = cfg.resolve(n_features=ds.n_features, n_rows=ds.num_rows - (holdout.n_rows if holdout else 0),
+                      mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val)
+    log.info("training %d candidate(s) %s; up to %d passes%s", len(cfg.candidates),
+             ", ".join(cand.name for cand in cfg.candidates[:6]) + (" ..." if len(cfg.candidates) > 6 else ""),
+             cfg.passes, ", early stopping on the validation measure" if cfg.early_stopping else "")
+    t = time.perf_counter()
+    reservoir, stream = None, None
+    ck = None
+    job = tokenize(ChainConfig(cfg, holdout, None, dtype, scaling).token(),
+                   None if init_model is None else (init_model.coef, init_model.intercept))
     if resume:
         if not checkpoint:
             raise ValueError("resume=True needs the checkpoint URL of the interrupted job")
-        ck = Checkpoint.load(checkpoint, job=job, dataset_fingerprint=ds.fingerprint, dtype=cfg.dtype)
-        start, state, reservoir, prior, offset = ck.position, ck.state, ck.reservoir, [ck.stats], ck.elapsed
-        log.info("resuming from %s at partition step %d of %d", checkpoint, start, ck.n_steps)
+        ck = Checkpoint.load(checkpoint, job=job, dataset_fingerprint=ds.fingerprint, dtype=dtype,
+                             storage_options=storage_options)
+        reservoir = ck.reservoir
+        log.info("resuming from %s at partition step %d of %d", checkpoint, ck.position, ck.n_steps)
+    if cfg.solver == "2pmb" and reservoir is None:
+        reservoir = sample_reservoir(c, ds, cfg.buffer_size, cfg.random_state, dtype, scaling, holdout)
+        log.info("2PMB reservoir: %d rows of the rare class %+d (of %d); streaming the other class",
+                 reservoir.y.shape[0], reservoir.label, reservoir.n_rare)
+    if reservoir is not None:
+        stream = -reservoir.label
+    phases["reservoir"] = time.perf_counter() - t
+    chain_cfg = ChainConfig(cfg, holdout, stream, dtype, scaling)
+    steps, checks = schedule([p.num_rows for p in ds.partitions], cfg.passes, random_state=cfg.random_state,
+                             shuffle=cfg.shuffle, check_rows=cfg.check_rows)
+    check_set = set(checks)
+    M = len(cfg.candidates)
+    selecting = cfg.selects and n_val > 0
+    selection = Selection.start(ds.n_features, M) if selecting else None
+    state = SGDState.zeros(ds.n_features, M)
+    start, offset, prior = 0, 0.0, []
+    if init_model is not None:   # the raw-feature model, expressed on the (scaled) training features
+        w0 = init_model.coef if scaling is None else init_model.coef * scaling.scale
+        b0 = init_model.intercept + (0.0 if scaling is None else float(init_model.coef @ scaling.mean))
+        learn = np.asarray(cfg.population.learn_b)
+        state = SGDState(W=np.repeat(w0[:, None], M, axis=1), b=np.where(learn, b0, 0.0))
+    if ck is not None:
+        start, state, prior, offset = ck.position, ck.state, [ck.stats], ck.elapsed
+        if selecting and ck.selection is not None:
+            selection = Selection.from_dict(ck.selection)
 
-    def raw_model(st: SGDState) -> tuple[np.ndarray, float]:
-        w, b = st.averaged() if est.average else (st.w, st.b)
+    def raw(w: np.ndarray, b: float) -> tuple[np.ndarray, float]:
         return (w, b) if scaling is None else scaling.fold(w, b)
 
     curve: list[dict] = []
-    t0 = time.perf_counter()
-    chain = PartitionChain(c, ds, cfg, prefetch=prefetch)
+    chain = PartitionChain(c, ds, chain_cfg, steps, reservoir=reservoir, prefetch=prefetch, elapsed_offset=offset)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None
 
+    def save(step: int, st: SGDState) -> None:
+        saver.write(Checkpoint(job, ds.fingerprint, step, len(steps), st, reservoir, chain.epoch_stats(),
+                               chain.elapsed(), None if selection is None else selection.to_dict()))
+
     def after_step(p: ChainProgress) -> None:
-        point = {"time": offset + p.elapsed, "rows_seen": p.rows_seen, "pass": p.pass_index,
-                 "partition": p.partition, "loss": p.loss}
-        if validation is not None:
-            w, b = raw_model(p.state)
-            point["measure"] = est._measure_of(validation[1], validation[0] @ w + b)
-        curve.append(point)
-        if saver is not None and (saver.due(p.step) or p.step == p.n_steps):
-            saver.write(Checkpoint(job, ds.fingerprint, p.step, p.n_steps, p.state, chain.reservoir,
-                                   chain.epoch_stats(), offset + p.elapsed))
+        curve.append({"time": p.elapsed, "rows_seen": p.rows_seen, "pass": p.pass_index,
+                      "partition": p.partition, "loss": p.loss})
+        # a step that ends a segment is saved after its check (which may change the state)
+        if saver is not None and (p.step - 1) not in check_set and saver.due(p.step):
+            save(p.step, p.state)
         if on_step is not None:
             on_step(p)
 
+    def check(st: SGDState, position: int) -> tuple[SGDState, bool]:
+        stop = False
+        if selection is not None:
+            st, stop = selection.check(cfg, st, *val)
+            if curve:
+                curve[-1]["measure"] = selection.best
+            log.info("check %d after %d steps: best %s %.4f, %d candidate(s) alive%s", selection.checks,
+                     st.epoch, cfg.measure, selection.best, int(st.alive.sum()), "; stopping early" if stop else "")
+        if saver is not None and (saver.due(position) or stop or position == len(steps)):
+            save(position, st)
+        return st, stop
+
     chain.on_step = after_step
-    state = chain.run(state=state, start=start, reservoir=reservoir)
-    w, b = raw_model(state)
-    if not setup.fit_intercept and est.fit_intercept:   # a ranking model's cut, as the estimator's
-        b = cut_intercept_dataset(c, ds, w, est.measure, k=setup.loss.params().get("k"), dtype=cfg.dtype)
+    t = time.perf_counter()
+    state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+    phases["chain"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if selection is not None:
+        w, b = raw(*selection.model(cfg, *val))
+    else:
+        w, b = raw(*state.model(0, cfg.average))
+        if not get_measure(cfg.measure).thresholded and cfg.fit_intercept:   # a ranking model's cut
+            k = cfg.k if cfg.train_k is None else cfg.train_k
+            b = cut_intercept_dataset(c, ds, w, cfg.measure, k=k, dtype=dtype)
+        elif not cfg.fit_intercept:
+            b = 0.0
+    phases["cut"] = time.perf_counter() - t
     stats = chain.epoch_stats()
-    done = stats[~stats["skipped"]] if stats.size else stats
-    seconds = offset + time.perf_counter() - t0
+    done_stats = stats[~stats["skipped"]] if stats.size else stats
+    seconds = chain.elapsed()
+    n_blocks = max(1, len(ds.partitions))
     history = {
         "epochs": int(state.epoch), "skipped_epochs": int(state.skipped), "rows_seen": int(state.rows_seen),
-        "partitions": len(ds.partitions), "passes": est.n_passes, "seconds": seconds,
-        "rows_per_second": state.rows_seen / seconds if seconds > 0 else None,
-        "final_loss": float(done["loss"][-min(len(done), 20):].mean()) if len(done) else None,
-        "curve": curve,
+        "partitions": len(ds.partitions), "passes": -(-done // n_blocks), "max_passes": cfg.passes,
+        "seconds": seconds, "rows_per_second": state.rows_seen / seconds if seconds > 0 else None,
+        "final_loss": float(done_stats["loss"][-min(len(done_stats), 20):].mean()) if len(done_stats) else None,
+        "curve": curve, "phases": phases,
+        "validation_rows": n_val,
     }
-    return LinearModel(coef=w, intercept=b, measure=est.measure, params={**est._model_params(), "eta": setup.eta},
+    params = {**cfg.params(), "eta": cfg.candidates[0].eta if M == 1 else None}
+    if selection is not None:
+        report = selection.report(cfg)
+        win = next(r for r in report if r["selected"])
+        params.update(eta=win["eta"], surrogate=win.get("surrogate"), selected=win["name"])
+        history.update(selection=report, validation_curve=selection.curve, selected=win["name"])
+    return LinearModel(coef=w, intercept=b, measure=cfg.measure, params=params,
                        feature_names=list(ds.feature_names), dataset_fingerprint=ds.fingerprint, history=history)
 
 
-def _train_in_memory(est: NonDecomposableClassifier, ds: Dataset, scaling: Scaling | None) -> LinearModel:
+def _train_in_memory(cfg: TrainConfig, ds: Dataset, scaling: Scaling | None) -> LinearModel:
     """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver."""
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = np.concatenate([b[0] for b in blocks])
@@ -184,12 +273,12 @@ def _train_in_memory(est: NonDecomposableClassifier, ds: Dataset, scaling: Scali
     if scaling is not None:
         X = scaling.apply(X)
     t0 = time.perf_counter()
-    est.fit(X, y)
+    est = NonDecomposableClassifier(**cfg.params()).fit(X, y)
     w, b = est.coef_.ravel(), float(np.ravel(est.intercept_)[0])
     if scaling is not None:
         w, b = scaling.fold(w, b)
-    history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": est.solver}
-    return LinearModel(coef=w, intercept=b, measure=est.measure, params=est._model_params(),
+    history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
+    return LinearModel(coef=w, intercept=b, measure=cfg.measure, params={**cfg.params(), "eta": est.eta_},
                        feature_names=list(ds.feature_names), dataset_fingerprint=ds.fingerprint, history=history)
 
 
@@ -202,7 +291,7 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     ``prbep``, ``f1_score`` (scores above ``threshold``), plus row counts.
     """
     if isinstance(model, str):
-        model = load_model(model)
+        model = load_model(model, storage_options)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")

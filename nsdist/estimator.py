@@ -283,6 +283,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             mask = holdout.mask(y, ids)
             validation = (X[np.flatnonzero(mask)], y[mask])
         n_val = 0 if validation is None else validation[0].shape[0]
+        if n_val and np.unique(validation[1]).shape[0] < 2:
+            # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
+            validation = (X, y)
         cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
                           mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
@@ -321,11 +324,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
         state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
                             check=check if selecting else None)
-        self._state, self._reservoir, self._holdout = state, reservoir, holdout
+        self._state, self._reservoir = state, reservoir
+        self._selection, self._validation = (selection, validation) if selecting else (None, None)
         self.history_ = recorder.history
         self.n_iter_ = done                      # passes: the training set is one block
         if selecting:
-            self._selection = selection
             self.selection_, self.validation_curve_ = selection.report(cfg), selection.curve
             w, b = selection.model(cfg, *validation)
         else:
@@ -427,9 +430,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         ids = np.arange(X.shape[0])
         n_val, norm = 0, None
         if cfg.selects:
-            self._holdout_of = lambda yb, idb: Holdout.draw(yb, idb, cfg.random_state, cfg.validation_fraction,
-                                                            cfg.validation_max_rows)
-            mask = self._holdout_of(y, ids).mask(y, ids)
+            mask = self._block_holdout(cfg, y, ids).mask(y, ids)
             n_val, norm = int(mask.sum()), (mean_sq_norm(X[np.flatnonzero(mask)]) if mask.any() else None)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - n_val, mean_sq_norm=norm,
                                          n_validation=n_val)
@@ -439,9 +440,14 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if cfg.solver == "2pmb":
             self._reservoir = Reservoir.empty(rare_label(y), cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X))
 
+    @staticmethod
+    def _block_holdout(cfg: TrainConfig, y: np.ndarray, ids: np.ndarray) -> Holdout:
+        """A ``partial_fit`` block's own validation rows (:meth:`fit`'s rule on the block)."""
+        return Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
+
     def _partial_stream(self, cfg: TrainConfig, X, y: np.ndarray) -> tuple[np.ndarray, float]:
         ids = self._rows + np.arange(X.shape[0])
-        holdout = self._holdout_of(y, ids) if cfg.selects else None
+        holdout = self._block_holdout(cfg, y, ids) if cfg.selects else None
         train = ids - self._rows if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
         if holdout is not None and holdout.n_rows:
             val = np.flatnonzero(holdout.mask(y, ids))
@@ -459,7 +465,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                           shuffle=cfg.shuffle, holdout=holdout, stream_label=stream)
         recorder = Recorder(history=self.history_)
         last = [float("nan")]
-        selecting = self._selection is not None and self._validation is not None
+        selecting = (self._selection is not None and self._validation is not None
+                     and np.unique(self._validation[1]).shape[0] == 2)    # scoring needs both classes
         self._state = self._run_rows(self._state, X, y, rows, cfg, None if selecting else recorder, reservoir, last)
         if selecting:
             self._state, _ = self._selection.check(cfg, self._state, *self._validation)
@@ -467,7 +474,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                                                last[0], self._selection.best))
             self.selection_, self.validation_curve_ = self._selection.report(cfg), self._selection.curve
             return self._selection.model(cfg, *self._validation)
-        w, b = self._state.model(0, cfg.average)
+        if self._selection is not None and np.isfinite(self._selection.value).any():
+            return self._selection.model(cfg, *self._validation)
+        w, b = self._state.model(0, cfg.average)       # nothing scored yet: the first candidate
         return w, self._cut(cfg, w, b, X[train], y[train])
 
     # ---------------------------------------------------------------- predict

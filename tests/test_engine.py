@@ -23,6 +23,9 @@ from nsdist.api import evaluate, open_dataset, train
 from nsdist.engine.chain import ChainConfig, PartitionChain
 from nsdist.engine.evaluate import sortable_keys
 from nsdist.model import LinearModel
+from nsdist.solvers.config import TrainConfig
+from nsdist.solvers.kernel import SGDState
+from nsdist.solvers.plan import schedule
 
 REPO = Path(__file__).resolve().parents[1]
 LETTER = REPO / "data" / "letter" / "letter-recognition.data"
@@ -88,8 +91,9 @@ def cluster():
 def test_engine_equals_in_memory_solver(cluster, letter_parquet, letter_parquet_2pmb, solver, measure):
     """SPEC §5: the engine's model equals the in-memory solver's on the same rows in the same order."""
     url, X, y = letter_parquet if solver == "1pmb" else letter_parquet_2pmb
-    params = dict(measure=measure, solver=solver, buffer_size=500, n_passes=2, shuffle=False, random_state=3)
-    model = train(url, client=cluster, **params)
+    params = dict(measure=measure, solver=solver, buffer_size=500, eta=0.05, n_passes=2, shuffle=False,
+                  random_state=3)
+    model = train(url, client=cluster, standardize=False, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(np.ravel(est.intercept_)[0])
@@ -100,9 +104,24 @@ def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     X, y = letter[0][:5000], letter[1][:5000]
     url = write_parquet(tmp_path / "one", X, y, rows_per_file=5000)
     params = dict(measure="pauc", solver="2pmb", buffer_size=500, n_passes=3, shuffle=True, random_state=11)
-    model = train(url, client=cluster, **params)
+    model = train(url, client=cluster, standardize=False, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+
+
+@pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
+def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path, letter, measure):
+    """Defaults (holdout, population, halving, early stopping, plug-in F1): the same model bit for bit."""
+    X, y = letter[0][:6000], letter[1][:6000]
+    url = write_parquet(tmp_path / measure, X, y, rows_per_file=6000)
+    model = train(url, client=cluster, standardize=False, measure=measure, random_state=5)
+    est = nsdist.NonDecomposableClassifier(measure, random_state=5).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+    selected = [r["name"] for r in est.selection_ if r["selected"]]
+    assert model.history["selected"] == selected[0]
+    assert [r["validation"] for r in model.history["selection"]] == [r["validation"] for r in est.selection_]
+    assert model.history["validation_rows"] == est._validation[0].shape[0]
 
 
 def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
@@ -118,18 +137,17 @@ def test_prefetch_bounds_partitions_in_memory(cluster, tmp_path, letter):
     X, y = letter
     url = write_parquet(tmp_path / "many", X, y, rows_per_file=1000)     # 20 partitions
     ds = open_dataset(url)
-    from nsdist.estimator import NonDecomposableClassifier
-    setup = NonDecomposableClassifier(measure="pauc")._sgd_setup(ds.n_features)
-    cfg = ChainConfig(loss=setup.loss, buffer_size=500, eta=setup.eta, radius=setup.radius, fit_intercept=True,
-                      n_passes=1, shuffle=True, random_state=0)
+    config = TrainConfig.from_params(measure="pauc", eta=0.5, n_passes=1).resolve(n_features=ds.n_features,
+                                                                                  n_rows=ds.num_rows)
+    steps, _ = schedule([p.num_rows for p in ds.partitions], 1, random_state=0, shuffle=True, check_rows=None)
     held: list[int] = []
 
     def count_loaded(_):
         keys = [k for ks in cluster.has_what().values() for k in ks]
         held.append(sum(str(k).startswith("nsdist-load") for k in keys))
 
-    chain = PartitionChain(cluster, ds, cfg, prefetch=2, on_step=count_loaded)
-    chain.run()
+    chain = PartitionChain(cluster, ds, ChainConfig(config), steps, prefetch=2, on_step=count_loaded)
+    chain.run(SGDState.zeros(ds.n_features), 0, len(steps))
     assert len(held) == 20
     assert max(held) <= 2 + 1
 
@@ -220,7 +238,7 @@ def test_standardize_equals_estimator_on_scaled_rows_and_folds_back(cluster, let
     scaling = feature_scaling(cluster, ds)
     np.testing.assert_allclose(scaling.mean, raw.mean(0), rtol=1e-12)
     np.testing.assert_allclose(scaling.scale, raw.std(0), rtol=1e-12)
-    params = dict(measure="f1", solver="1pmb", n_passes=2, shuffle=False, random_state=1)
+    params = dict(measure="f1", solver="1pmb", eta=0.05, n_passes=2, shuffle=False, random_state=1)
     model = train(url_raw, client=cluster, standardize=True, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(scaling.apply(raw.copy()), y)
     w, b = scaling.fold(est.coef_.ravel(), float(est.intercept_[0]))
@@ -238,6 +256,6 @@ def test_one_class_dataset_fails_before_training(cluster, tmp_path, letter):
     url = write_parquet(tmp_path / "neg", X[neg][:4000], y[neg][:4000], rows_per_file=2000)
     steps: list = []
     for measure in ("f1", "pauc"):
-        with pytest.raises(ValueError, match=r"neg.*has no positive rows"):
+        with pytest.raises(ValueError, match=r"neg.*no positive row"):
             train(url, client=cluster, measure=measure, solver="1pmb", on_step=steps.append)
     assert steps == []

@@ -9,6 +9,7 @@ from sklearn.utils.estimator_checks import estimator_checks_generator
 from nsdist import NonDecomposableClassifier
 from nsdist import metrics
 from nsdist.solvers.measure import make_loss
+from nsdist.solvers.plan import Holdout
 from nsdist.solvers.sgd import one_pass_mb, two_pass_mb
 
 
@@ -218,19 +219,23 @@ def test_score_is_the_measure(measure, metric):
 
 def test_ranking_models_predict_at_their_cut_and_int_k_trains_on_a_fraction():
     X, y = make_data()
-    est = NonDecomposableClassifier("prbep").fit(X, y)
-    assert np.count_nonzero(est.predict(X)) == np.count_nonzero(y)
+    val = Holdout.draw(np.where(y == 1, 1, -1), np.arange(800), 0, 0.1, 200_000).mask(np.where(y == 1, 1, -1),
+                                                                                      np.arange(800))
+    est = NonDecomposableClassifier("prbep").fit(X, y)             # the cut is placed on the validation rows
+    assert np.count_nonzero(est.predict(X[val])) == np.count_nonzero(y[val])
     est = NonDecomposableClassifier("prec@k", k=40).fit(X, y)
-    assert np.count_nonzero(est.predict(X)) == 40
-    assert est._setup.loss.k == 40 / 800
+    assert est.config_.train_k == 40 / 800
+    assert np.count_nonzero(est.predict(X[val])) == int(np.ceil(40 / 800 * val.sum()))
+    est = NonDecomposableClassifier("prbep", eta=0.5, n_passes=2).fit(X, y)   # no holdout: the training rows
+    assert np.count_nonzero(est.predict(X)) == np.count_nonzero(y)
     est = NonDecomposableClassifier("pauc", fit_intercept=False).fit(X, y)
     assert est.intercept_[0] == 0.0
 
 
 def test_validation_data_is_recorded_in_the_history():
     X, y = make_data(n=1000)
-    est = NonDecomposableClassifier(buffer_size=100, n_passes=2).fit(X[:800], y[:800], X_val=X[800:],
-                                                                     y_val=y[800:])
+    est = NonDecomposableClassifier(buffer_size=100, n_passes=2, eta=0.3).fit(X[:800], y[:800], X_val=X[800:],
+                                                                              y_val=y[800:])
     measures = [r.measure for r in est.history_]
     assert len(measures) == 16 and all(0 <= m <= 1 for m in measures)
     assert np.isclose(measures[-1], est.score(X[800:], y[800:]))
@@ -238,8 +243,17 @@ def test_validation_data_is_recorded_in_the_history():
         NonDecomposableClassifier().fit(X, y, X_val=X)
 
 
-def test_sgd_setup_resolves_the_defaults_for_the_engine():
-    setup = NonDecomposableClassifier("f1")._sgd_setup(20)
-    assert setup.fit_intercept and setup.radius is None and setup.eta > 0
-    assert not NonDecomposableClassifier("prec@k", k=0.1)._sgd_setup(20).fit_intercept
-    assert NonDecomposableClassifier(eta=0.3)._sgd_setup(20).eta == 0.3
+def test_config_resolves_the_candidates_for_the_engine():
+    cfg = NonDecomposableClassifier("f1").config().resolve(n_features=20, n_rows=900, mean_sq_norm=20.0,
+                                                           n_validation=100)
+    own = [c for c in cfg.candidates if c.loss.name == "f1"]
+    assert len(own) == 5 and all(c.learn_b for c in own) and cfg.plug_in
+    assert [c.eta for c in own] == [0.1 / 20, 1 / 20, 10 / 20, 100 / 20, 1000 / 20]
+    assert not any(c.learn_b for c in cfg.candidates if c.loss.name != "f1")      # ranking candidates
+    prec = NonDecomposableClassifier("prec@k", k=0.1).config().resolve(n_features=20, n_rows=900,
+                                                                         mean_sq_norm=20.0, n_validation=100)
+    assert not any(c.learn_b for c in prec.candidates)
+    fixed = NonDecomposableClassifier(eta=0.3, n_passes=3).config().resolve(n_features=20, n_rows=1000)
+    assert not fixed.selects and [(c.eta, c.loss.surrogate) for c in fixed.candidates] == [(0.3, "hinge")]
+    with pytest.raises(ValueError, match="validation_fraction=0"):
+        NonDecomposableClassifier(validation_fraction=0.0).config().resolve(n_features=20, n_rows=1000)

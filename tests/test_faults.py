@@ -246,7 +246,7 @@ def write_rounds(run, first, d):
         LinearModel(coef=np.full(d, float(v)), intercept=float(v), measure="pauc",
                     history={"round": v}).save(run.model)
         run.write_json("metrics.json", {"round": v, "values": [v] * d})
-        saver.write(Checkpoint("job", "data", v, v, SGDState(w=np.full(d, float(v))), None,
+        saver.write(Checkpoint("job", "data", v, v, SGDState(W=np.full(d, float(v))), None,
                                np.zeros(1, EPOCH_STATS), 0.0))
         run.write_bytes("learning_curve.png", bytes([v % 251]) * BLOB)
         os.write(1, f"{v}\\n".encode())
@@ -310,7 +310,7 @@ def test_writes_killed_midway_leave_the_previous_files_intact(tmp_path, reliabil
             metrics = json.loads((run / "metrics.json").read_text())
             assert finished <= metrics["round"] <= started and set(metrics["values"]) == {metrics["round"]}
             ck = Checkpoint.load(str(run / "checkpoint.json"), job="job", dataset_fingerprint="data")
-            assert finished <= ck.position <= started and np.all(ck.state.w == ck.position)
+            assert finished <= ck.position <= started and np.all(ck.state.W == ck.position)
             png = np.fromfile(run / "learning_curve.png", dtype=np.uint8)
             assert png.shape == (blob,) and np.all(png == png[0])
             assert png[0] in {r % 251 for r in attempted if finished <= r <= started}

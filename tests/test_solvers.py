@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 from nsdist.solvers.cp import cutting_plane, loss_and_grad
 from nsdist.solvers.ftrl import FTRL, ftrl
 from nsdist.solvers.history import History
-from nsdist.solvers.kernel import SGDState, project_l2, run_epochs
+from nsdist.solvers.kernel import Population, SGDState, project_l2, run_epochs
 from nsdist.solvers.measure import cut_intercept, learns_intercept, make_loss, measure_function
 from nsdist.solvers.order import reservoir_keys, row_order
 from nsdist.solvers.planes import PlaneModel, maximise_on_simplex
@@ -136,10 +136,11 @@ def test_drivers_equal_one_kernel_call_per_block_and_pass(two_pass):
         top = np.flatnonzero(y > 0)[np.argsort(-reservoir_keys(4, np.flatnonzero(y > 0)))[:64]]
         reservoir = (X[top], y[top])
     state = SGDState.zeros(X.shape[1])
+    population = Population.single(loss, kw.pop("eta"), kw.pop("fit_intercept"))
     for p in range(3):
         block = rows[row_order(4, p, 0, rows.shape[0], True)]
-        state, _ = run_epochs(state, X[block], y[block], loss, reservoir=reservoir, **kw)
-    assert res.state.w.tobytes() == state.w.tobytes() and res.state.w_sum.tobytes() == state.w_sum.tobytes()
+        state, _ = run_epochs(state, X[block], y[block], population, reservoir=reservoir, **kw)
+    assert res.state.W.tobytes() == state.W.tobytes() and res.state.W_sum.tobytes() == state.W_sum.tobytes()
     assert res.state.epoch == state.epoch and res.state.rows_seen == state.rows_seen
 
 

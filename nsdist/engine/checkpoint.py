@@ -16,16 +16,15 @@ import logging
 import time
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 
-from ..model import atomic_write_bytes
+from ..data.fs import atomic_write_bytes, read_bytes
 from ..solvers.kernel import EPOCH_STATS, SGDState
 from .reservoir import Reservoir
 
 __all__ = ["Checkpoint", "Checkpointer"]
 
-_FORMAT = 1
+_FORMAT = 2
 
 log = logging.getLogger("nsdist.engine")
 
@@ -42,6 +41,7 @@ class Checkpoint:
     reservoir: Reservoir | None
     stats: np.ndarray
     elapsed: float
+    selection: dict | None = None
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -49,15 +49,15 @@ class Checkpoint:
             "position": self.position, "n_steps": self.n_steps, "state": self.state.to_dict(),
             "reservoir": None if self.reservoir is None else self.reservoir.to_dict(),
             "stats": {name: self.stats[name].tolist() for name in EPOCH_STATS.names},
-            "elapsed": self.elapsed,
+            "elapsed": self.elapsed, "selection": self.selection,
         }).encode()
 
     @classmethod
-    def load(cls, url: str, *, job: str, dataset_fingerprint: str, dtype: str = "float64") -> "Checkpoint":
-        """Read a checkpoint, refusing one that belongs to another job or dataset."""
+    def load(cls, url: str, *, job: str, dataset_fingerprint: str, dtype: str = "float64",
+             storage_options: dict | None = None) -> "Checkpoint":
+        """Read a checkpoint (with the ``storage_options`` of its URL), refusing one of another job or dataset."""
         try:
-            with fsspec.open(url, "rb") as fh:
-                d = json.loads(fh.read())
+            d = json.loads(read_bytes(url, storage_options))
             if d.get("format") != _FORMAT:
                 raise ValueError(f"unknown checkpoint format {d.get('format')!r}")
         except FileNotFoundError:
@@ -77,7 +77,7 @@ class Checkpoint:
         return cls(job=d["job"], dataset_fingerprint=d["dataset_fingerprint"], position=int(d["position"]),
                    n_steps=int(d["n_steps"]), state=SGDState.from_dict(d["state"]),
                    reservoir=None if d["reservoir"] is None else Reservoir.from_dict(d["reservoir"], dtype),
-                   stats=stats, elapsed=float(d["elapsed"]))
+                   stats=stats, elapsed=float(d["elapsed"]), selection=d.get("selection"))
 
 
 @dataclass
