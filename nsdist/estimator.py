@@ -28,7 +28,7 @@ from .solvers.psg import psg
 from .solvers.select import Selection
 from .solvers.sgd import Reservoir, drive, rare_label
 
-__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm"]
+__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks"]
 
 _ONLINE = ("1pmb", "2pmb", "ftrl")
 _DTYPES = [np.float64, np.float32]
@@ -264,7 +264,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         elif cfg.solver == "cp":
             res = cutting_plane(X, y, loss, lam=cfg.alpha, radius=cfg.radius, fit_intercept=learn_b,
                                 tol=cfg.tol, max_iter=cfg.max_iter, validate=validate)
-            w, b, self.history_, self.n_iter_ = res.coef, res.intercept, res.history, res.n_iter
+            # the last iterate, as SVMperf returns (the best-J iterate can be w = 0 on hard data)
+            w, b, self.history_, self.n_iter_ = res.last_coef, res.last_intercept, res.history, res.n_iter
         else:
             self._ftrl = ftrl(X, y, loss, eta=eta, radius=cfg.radius, fit_intercept=learn_b,
                               average=cfg.average, validate=validate, tol=cfg.tol, max_iter=cfg.max_iter,
@@ -500,4 +501,15 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
+        tags.input_tags.sparse = self.solver in ("1pmb", "2pmb", "psg")
         return tags
+
+
+def expected_failed_checks(estimator: NonDecomposableClassifier) -> dict[str, str]:
+    """scikit-learn checks this configuration fails by design, with the reason (``check_estimator``'s
+    ``expected_failed_checks``)."""
+    if estimator.measure == "prec@k":
+        return {"check_classifiers_train": (
+            "a Prec@k model labels exactly its top-K scores positive (its cut), so with k below the "
+            "positive rate its accuracy on the check's balanced blobs stays under the 0.83 it wants")}
+    return {}

@@ -64,6 +64,10 @@ class CPResult:
     history : History
         One record per iteration: ``loss = l(x_{1:n}, w_t)`` at the evaluated
         iterate (the first record is at the starting point), ``rows_seen = t n``.
+    last_coef, last_intercept :
+        The last iterate, the solution of the final cutting-plane QP -- what
+        SVMperf returns (the best iterate can be the start ``w = 0``, whose
+        ``J`` a hinge surrogate often cannot beat on hard data).
     """
 
     coef: np.ndarray
@@ -74,6 +78,8 @@ class CPResult:
     n_iter: int
     converged: bool
     history: History
+    last_coef: np.ndarray | None = None
+    last_intercept: float = 0.0
 
 
 def loss_and_grad(X: np.ndarray, y: np.ndarray, loss: Loss, z: np.ndarray,
@@ -140,4 +146,5 @@ def cutting_plane(X: np.ndarray, y: np.ndarray, loss: Loss, *, lam: float, radiu
         z, dual, _ = planes.solve(tol / 4.0)
     gap = best[0] - dual
     w, b = split(best[2])
-    return CPResult(w, b, best[1], best[0], gap, t, gap <= tol, recorder.history)
+    w_last, b_last = split(z)
+    return CPResult(w, b, best[1], best[0], gap, t, gap <= tol, recorder.history, w_last, b_last)

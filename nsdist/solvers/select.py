@@ -102,7 +102,8 @@ class Selection:
     def score(self, cfg: TrainConfig, W: np.ndarray, b: np.ndarray, X_val, y_val: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
         """Validation value and effective intercept of each column of ``(W, b)``."""
-        S = np.asarray(X_val @ W.astype(X_val.dtype, copy=False), dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):     # a diverged candidate scores non-finite
+            S = np.asarray(X_val @ W.astype(X_val.dtype, copy=False), dtype=np.float64)
         P = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
         thresholded = get_measure(cfg.measure).thresholded
         values, b_eff = np.empty(W.shape[1]), b.astype(np.float64).copy()

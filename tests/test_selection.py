@@ -1,0 +1,182 @@
+"""In-fit selection (docs/solvers.md §Selection): holdout, population, halving, early stopping, plug-in F1."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsdist import NonDecomposableClassifier, metrics
+from nsdist.losses.pairs import sigmoid_pairs
+from nsdist.solvers.config import TrainConfig
+from nsdist.solvers.kernel import SGDState
+from nsdist.solvers.plan import Holdout, holdout_sizes, schedule
+from nsdist.solvers.select import Selection, f1_threshold
+
+
+def make_data(n=1500, d=8, pos=0.08, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    s = X @ rng.normal(size=d) + 0.7 * rng.normal(size=n)
+    y = np.where(s >= np.quantile(s, 1 - pos), 1, -1).astype(np.int8)
+    return X, y
+
+
+# ------------------------------------------------------------------ plug-in F1
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-4, 4), st.booleans()), min_size=1, max_size=30))
+def test_plug_in_threshold_maximises_f1_brute_force(rows):
+    s = np.array([r[0] for r in rows], dtype=float) / 2.0          # heavy ties
+    y = np.array([1 if r[1] else -1 for r in rows], dtype=np.int8)
+    value, t = f1_threshold(y, s)
+    # every labelling a threshold can make: s > t for t at each score, and below the lowest
+    brute = max(metrics.f1_score(y, s, threshold=u) if (y > 0).any() and (y < 0).any() else
+                _f1(y, s > u) for u in np.append(np.unique(s), s.min() - 1))
+    assert value == pytest.approx(brute, abs=1e-12)
+    assert _f1(y, s > t) == pytest.approx(value, abs=1e-12)
+
+
+def _f1(y, pred) -> float:
+    tp = int(np.sum(pred & (y > 0)))
+    return 0.0 if tp == 0 else 2 * tp / (int(pred.sum()) + int((y > 0).sum()))
+
+
+# ------------------------------------------------------------ bounded surrogate
+def test_sigmoid_pair_sum_is_the_pair_sum_and_its_gradient():
+    rng = np.random.default_rng(1)
+    p, q = rng.normal(size=7) * 3, rng.normal(size=5) * 3
+    sig = lambda t: 1 / (1 + np.exp(-t))                          # noqa: E731
+    brute = lambda p, q: float(((1 - sig(p)[:, None] + sig(q)[None, :]) ** 2).sum())   # noqa: E731
+    value, dp, dq = sigmoid_pairs(p, q)
+    assert value == pytest.approx(brute(p, q), rel=1e-12)
+    eps = 1e-6
+    for i in range(p.size):
+        e = np.eye(p.size)[i] * eps
+        assert dp[i] == pytest.approx((brute(p + e, q) - brute(p - e, q)) / (2 * eps), rel=1e-5, abs=1e-7)
+    for j in range(q.size):
+        e = np.eye(q.size)[j] * eps
+        assert dq[j] == pytest.approx((brute(p, q + e) - brute(p, q - e)) / (2 * eps), rel=1e-5, abs=1e-7)
+
+
+# --------------------------------------------------------------------- holdout
+def test_holdout_is_stratified_deterministic_and_capped():
+    X, y = make_data(n=2000, pos=0.01)
+    ids = np.arange(y.shape[0])
+    h = Holdout.draw(y, ids, 7, 0.1, 200_000)
+    mask = h.mask(y, ids)
+    assert (mask & (y > 0)).sum() == h.n_pos == round(0.1 * (y > 0).sum())
+    assert (mask & (y < 0)).sum() == h.n_neg == round(0.1 * (y < 0).sum())
+    np.testing.assert_array_equal(mask, Holdout.draw(y, ids, 7, 0.1, 200_000).mask(y, ids))
+    assert not np.array_equal(mask, Holdout.draw(y, ids, 8, 0.1, 200_000).mask(y, ids))
+    assert holdout_sizes(3, 1000, 0.1, 200_000) == (1, 100)          # the rare class is represented
+    assert holdout_sizes(1, 1000, 0.1, 200_000) == (0, 100)          # ... when it can spare a row
+    assert sum(holdout_sizes(5000, 95_000, 0.1, 1000)) <= 1000
+    # rows held out in one block are held out wherever the block is cut: membership is per row
+    part = Holdout.draw(y, ids, 7, 0.1, 200_000)
+    np.testing.assert_array_equal(part.mask(y[500:900], ids[500:900]), mask[500:900])
+
+
+def test_validation_rows_are_never_trained_on():
+    X, y = make_data()
+    ids = np.arange(y.shape[0])
+    val = Holdout.draw(y, ids, 0, 0.1, 200_000).mask(y, ids)
+    marker = np.zeros((X.shape[0], 1))
+    marker[np.flatnonzero(val)[:3]] = 1e3                            # a feature only validation rows have
+    Xm = np.hstack([X, marker])
+    for measure in ("pauc", "f1"):
+        est = NonDecomposableClassifier(measure, random_state=0).fit(Xm, np.where(y > 0, 1, 0))
+        assert np.all(est._state.W[-1] == 0) and np.all(est._state.W_sum[-1] == 0)
+        assert est.coef_[0, -1] == 0.0
+    # trained on, the marker moves the weights
+    est = NonDecomposableClassifier("pauc", eta=0.1, n_passes=2, validation_fraction=0.0).fit(Xm, y)
+    assert est.coef_[0, -1] != 0.0
+
+
+# ------------------------------------------------------------------- selection
+def test_selection_is_deterministic_and_reports_every_candidate():
+    X, y = make_data()
+    a = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
+    b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
+    assert len(a.selection_) == len(a.config_.candidates) == 15
+    assert sum(r["selected"] for r in a.selection_) == 1
+    best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
+    assert next(r for r in a.selection_ if r["selected"])["validation"] == best
+    assert all(r["dropped_at_check"] for r in a.selection_ if not r["selected"] and r["reason"])
+
+
+def _selection_cfg(**kw) -> TrainConfig:
+    return TrainConfig.from_params(measure="auc", **kw).resolve(n_features=2, n_rows=1000, mean_sq_norm=2.0,
+                                                                n_validation=100)
+
+
+def test_a_diverging_candidate_is_dropped_never_chosen():
+    cfg = _selection_cfg(surrogate="hinge")                          # 5 step scales
+    rng = np.random.default_rng(0)
+    Xv = rng.normal(size=(100, 2))
+    yv = np.where(Xv[:, 0] > 0, 1, -1)
+    state = SGDState(W=np.tile(np.array([[1.0], [0.0]]), (1, 5)))
+    state.W[:, 4] = [np.inf, 1.0]                                   # candidate 4 blew up
+    state.W[:, 3] = [1e308, 1e308]                                 # finite weights, overflowing scores
+    sel = Selection.start(2, 5)
+    state, stop = sel.check(cfg.__class__(**{**cfg.__dict__, "average": False}), state, Xv, yv)
+    assert not state.alive[4] and not state.alive[3]
+    assert "diverged" in sel.reason[4] and "diverged" in sel.reason[3]
+    assert sel.winner() in (0, 1, 2) and np.isfinite(sel.value[sel.winner()])
+
+
+def test_early_stopping_stops_on_a_plateau_and_runs_on_while_improving():
+    cfg = _selection_cfg(surrogate="hinge", eta=1.0, n_iter_no_change=3, average=False)
+    rng = np.random.default_rng(0)
+    Xv = rng.normal(size=(400, 2))
+    yv = np.where(Xv[:, 0] + 0.3 * rng.normal(size=400) > 0, 1, -1)
+    # plateau: the same model at every check
+    sel, state = Selection.start(2, 1), SGDState(W=np.array([[1.0], [0.0]]))
+    stops = [sel.check(cfg, state, Xv, yv)[1] for _ in range(5)]
+    assert stops == [False, False, False, True, True]
+    # improving: each check's model is closer to the true direction (its AUC rises every time)
+    sel = Selection.start(2, 1)
+    values = []
+    for a in np.linspace(np.pi / 2, 0.0, 8):
+        state = SGDState(W=np.array([[np.cos(a)], [np.sin(a)]]))
+        _, stop = sel.check(cfg, state, Xv, yv)
+        values.append(sel.best)
+        assert not stop
+    assert np.all(np.diff(values) > 0)
+
+
+def test_defaults_stop_early_before_the_pass_budget():
+    X, y = make_data(n=3000)
+    est = NonDecomposableClassifier("pauc").fit(X, y)
+    assert est.n_iter_ < est.config_.passes
+    curve = est.validation_curve_
+    assert curve[-1]["check"] >= 1 + est.n_iter_no_change
+    assert est.score(X, y) > 0.3
+
+
+def test_explicit_parameters_fix_one_candidate_trained_on_every_row():
+    X, y = make_data()
+    est = NonDecomposableClassifier(eta=0.3, n_passes=3).fit(X, y)
+    assert len(est.config_.candidates) == 1 and est.selection_ is None
+    assert est._state.rows_seen == 3 * X.shape[0] and est.n_iter_ == 3
+
+
+def test_schedule_checks_every_few_passes_or_inside_long_passes():
+    steps, checks = schedule([100], 20, random_state=0, shuffle=False, check_rows=250)
+    assert checks == [2, 5, 8, 11, 14, 17, 19]
+    steps, checks = schedule([100, 100, 100, 100], 2, random_state=0, shuffle=False, check_rows=250)
+    assert checks == [2, 3, 6, 7]
+    assert len(steps) == 8
+
+
+def test_cp_returns_its_last_iterate_as_svmperf_does():
+    from nsdist.solvers.cp import cutting_plane
+    from nsdist.solvers.measure import make_loss
+
+    X, y = make_data(n=600)
+    res = cutting_plane(X, y, make_loss("prbep"), lam=1e-4, radius=None, fit_intercept=False, tol=1e-3,
+                        max_iter=15)
+    est = NonDecomposableClassifier("prbep", solver="cp", max_iter=15).fit(X, y)
+    np.testing.assert_array_equal(est.coef_.ravel(), res.last_coef)
+    assert not np.array_equal(res.last_coef, res.coef) or res.converged
