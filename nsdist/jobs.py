@@ -28,8 +28,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["JobError", "TrainJob", "DatasetSpec", "IngestSpec", "MeasureSpec", "SolverSpec", "ClusterSpec",
-           "OutputSpec", "load_job", "read_job_file", "safe_yaml", "job_from_dict", "validate", "parse_overrides", "apply_overrides",
-           "default_run_dir"]
+           "OutputSpec", "load_job", "read_job_file", "safe_yaml", "job_from_dict", "validate", "parse_overrides",
+           "apply_overrides", "default_run_dir", "with_storage_options", "parse_storage_options"]
 
 
 class JobError(ValueError):
@@ -83,7 +83,9 @@ class DatasetSpec(_Section):
     url: str = Field(description="Parquet dataset to train on (directory, glob or fsspec URL)")
     label_column: str = Field("label", description="label column of the Parquet dataset")
     feature_columns: list[str] | None = Field(None, description="None: every other column")
-    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (s3 keys ...)")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (credentials, "
+                                            "endpoint ...) for url, test_url and the raw files to ingest; merged "
+                                            "over the job's top-level storage_options")
     test_url: str | None = Field(None, description="Parquet dataset to evaluate on and draw the learning curve on")
     holdout: float | None = Field(None, gt=0, lt=1,
                                   description="instead of test_url: hold out this fraction of the partitions")
@@ -125,10 +127,16 @@ class SolverSpec(_Section):
     """The optimiser; every key left out takes the estimator's default."""
 
     name: Literal["1pmb", "2pmb", "ftrl", "psg", "cp"] | None = Field(None, description="solver")
-    surrogate: Literal["hinge", "logistic", "squared_hinge"] | None = Field(None, description="pauc/auc surrogate")
-    eta: float | None = Field(None, gt=0, description="step size (1PMB/2PMB: eta / sqrt(epoch))")
+    surrogate: Literal["hinge", "logistic", "squared_hinge", "sigmoid"] | None = Field(
+        None, description="pauc/auc surrogate (unset: chosen in the fit)")
+    eta: float | None = Field(None, gt=0, description="step size (1PMB/2PMB: eta / sqrt(epoch); unset: chosen in the fit)")
     buffer_size: int | None = Field(None, ge=2, description="rows per epoch buffer (2PMB: reservoir size)")
-    n_passes: int | None = Field(None, ge=1, description="passes over the data")
+    n_passes: int | None = Field(None, ge=1, description="passes over the data (unset: early stopping)")
+    max_passes: int | None = Field(None, ge=1, description="pass budget of early stopping")
+    validation_fraction: float | None = Field(None, ge=0, lt=1,
+                                              description="fraction held out to choose eta/surrogate/passes")
+    validation_max_rows: int | None = Field(None, ge=2, description="cap on the held-out validation rows")
+    n_iter_no_change: int | None = Field(None, ge=1, description="checks without improvement before stopping")
     radius: float | None = Field(None, gt=0, description="L2 ball radius of the projection")
     average: bool | None = Field(None, description="return the averaged iterate (else the last)")
     shuffle: bool | None = Field(None, description="randomise the stream order")
@@ -155,6 +163,9 @@ class OutputSpec(_Section):
     checkpoint_every: int = Field(10, ge=1, description="checkpoint every this many partitions")
     checkpoint_seconds: float = Field(60.0, gt=0, description="... or every this many seconds")
     curve_rows: int = Field(50_000, ge=0, description="evaluation rows held in memory for the learning curve")
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options for dir (run "
+                                            "directory, checkpoint, registry); none given: the dataset's; merged "
+                                            "over the job's top-level storage_options")
 
 
 class TrainJob(_Section):
@@ -165,6 +176,22 @@ class TrainJob(_Section):
     solver: SolverSpec = Field(default_factory=SolverSpec)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     output: OutputSpec
+    storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options for every URL of "
+                                            "the job (data, run directory, registry); a section's own "
+                                            "storage_options are merged over them")
+
+    def data_options(self) -> dict[str, Any]:
+        """The fsspec options of the dataset's URLs: the job's, then ``dataset.storage_options``."""
+        from .data.fs import merge_options
+
+        return merge_options(self.storage_options, self.dataset.storage_options)
+
+    def output_options(self) -> dict[str, Any]:
+        """The fsspec options of ``output.dir``: the job's, then ``output.storage_options``, or the dataset's."""
+        from .data.fs import merge_options
+
+        own = self.output.storage_options or self.dataset.storage_options
+        return merge_options(self.storage_options, own)
 
     def estimator_params(self) -> dict[str, Any]:
         """The :class:`~nsdist.NonDecomposableClassifier` parameters this job sets."""
@@ -193,8 +220,10 @@ def safe_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def read_job_file(path: str, what: str) -> dict:
+def read_job_file(path: str, what: str, storage_options: dict | None = None) -> dict:
     """The mapping in a YAML job file, read with :func:`safe_yaml` (the one loader of job files).
+
+    ``path`` is a local path or an fsspec URL (read with ``storage_options``).
 
     ``what`` says what the file must hold (``"a job is a mapping of sections
     (...)"``) when it holds something else.  An empty file is ``{}``.
@@ -208,8 +237,13 @@ def read_job_file(path: str, what: str) -> dict:
         aliases, or is not a mapping.
     """
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if _is_url(path):
+            from .data.fs import read_bytes
+
+            text = read_bytes(path, storage_options).decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except UnicodeDecodeError as exc:
         raise JobError(path, [f"not UTF-8 text (byte {exc.start}): a job file is YAML"]) from None
     try:
@@ -226,16 +260,19 @@ def read_job_file(path: str, what: str) -> dict:
     return raw
 
 
-def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
+def load_job(path: str, overrides: typing.Sequence[str] = (), storage_options: dict | None = None) -> TrainJob:
     """Read, override and validate a job file.
 
     Parameters
     ----------
     path : str
-        YAML job file.
+        YAML job file: a local path or an fsspec URL (``s3://.../runs/x/job.yaml``).
     overrides : sequence of str
         ``KEY.PATH=VALUE`` strings (``--set``); each value is parsed with
         ``yaml.safe_load``.
+    storage_options : dict, optional
+        fsspec options (``--storage-options``): used to read ``path``, and
+        merged over the job's top-level ``storage_options``.
 
     Returns
     -------
@@ -250,14 +287,65 @@ def load_job(path: str, overrides: typing.Sequence[str] = ()) -> TrainJob:
         For invalid YAML, bad overrides, or a job that does not validate.
     """
     raw = read_job_file(path, "a job is a mapping of sections "
-                              f"({', '.join(TrainJob.model_fields)})")
+                              f"({', '.join(_SECTIONS)})", storage_options)
     source = path + (" with --set" if overrides else "")
     raw = apply_overrides(raw, parse_overrides(overrides), source)
+    raw = with_storage_options(raw, storage_options)
     output = raw.get("output") or {}
     if isinstance(output, dict) and "dir" not in output:
         name = os.path.splitext(os.path.basename(path))[0]
         raw["output"] = {**output, "dir": default_run_dir(name)}
     return job_from_dict(raw, source)
+
+
+_SECTIONS = ("dataset", "measure", "solver", "cluster", "output")
+
+
+def _is_url(path: str) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def with_storage_options(raw: dict, storage_options: dict | None) -> dict:
+    """``raw`` with ``storage_options`` (``--storage-options``) merged over its top-level ``storage_options``."""
+    if not storage_options:
+        return raw
+    from .data.fs import merge_options
+
+    current = raw.get("storage_options")
+    return {**raw, "storage_options": merge_options(current if isinstance(current, dict) else {},
+                                                    storage_options)}
+
+
+def parse_storage_options(text: str | None) -> dict:
+    """``--storage-options`` (or ``$NSDIST_STORAGE_OPTIONS``): JSON or YAML text, or ``@FILE`` holding it.
+
+    Raises
+    ------
+    JobError
+        If it is not a mapping (the message never repeats the text: it may hold secrets).
+    """
+    if not text:
+        return {}
+    source = "--storage-options"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            with open(source, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise JobError("--storage-options", [f"cannot read {source}: {exc.strerror or exc}"]) from None
+    try:
+        value = safe_yaml(text)
+    except yaml.YAMLError:
+        raise JobError(source, ["storage options: not valid JSON or YAML (the text is not shown: it may hold "
+                                "secrets)"]) from None
+    if not isinstance(value, dict):
+        raise JobError(source, [f"storage options: expected a mapping such as {{\"key\": ..., \"secret\": ...,"
+                                f" \"client_kwargs\": {{\"endpoint_url\": ...}}}}, got {type(value).__name__}"])
+    from .data.fs import register_secrets
+
+    register_secrets(value)
+    return value
 
 
 def job_from_dict(raw: dict, source: str = "job") -> TrainJob:

@@ -26,48 +26,18 @@ import datetime as _dt
 import hashlib
 import io
 import json
-import os
-import uuid
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import fsspec
 import numpy as np
 
 from . import __version__
 from ._names import NameRange, names_from_json, names_to_json, same_names
+from .data.fs import atomic_write_bytes, resolve
 
-__all__ = ["LinearModel", "load_model", "atomic_write_bytes", "FORMAT_VERSION"]
+__all__ = ["LinearModel", "load_model", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
-
-
-def atomic_write_bytes(url: str, data: bytes, storage_options: dict | None = None) -> None:
-    """Write ``data`` to ``url`` so that readers see the old or the new content, never a part.
-
-    Local files: a temporary sibling, ``fsync``, ``os.replace``.  Object stores
-    (``s3://`` ...) publish a ``put`` atomically already.
-    """
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    if "file" in protocols:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return
-    parent = path.rsplit("/", 1)[0]
-    if parent and parent != path:
-        fs.makedirs(parent, exist_ok=True)
-    with fs.open(path, "wb") as fh:
-        fh.write(data)
 
 
 @dataclass
@@ -189,7 +159,7 @@ class LinearModel:
         so = storage_options or {}
         data = _npy_bytes(self.coef, self.intercept)
         digest = hashlib.sha256(data).hexdigest()
-        fs, root = fsspec.core.url_to_fs(url, **so)
+        fs, root = resolve(url, so)
         old = _read_json(fs, f"{root}/model.json").get("weights", {}).get("file") if fs.exists(f"{root}/model.json") else None
         weights_name = f"weights-{digest[:12]}.npy"
         atomic_write_bytes(_join(url, weights_name), data, so)
@@ -208,7 +178,7 @@ class LinearModel:
     @classmethod
     def load(cls, url: str, storage_options: dict | None = None) -> "LinearModel":
         """Load a model directory, verifying the weights' checksum and shape."""
-        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        fs, root = resolve(url, storage_options)
         meta_path = f"{root}/model.json"
         if not fs.exists(meta_path):
             raise ValueError(f"{url}: no model.json here — not an nsdist model directory")

@@ -20,9 +20,12 @@ and ``CURRENT`` names the model to serve.  A version directory without
 not reused.  The newest committed version carries the registry's state
 (:meth:`Registry.latest`).
 
-The lock (:class:`RegistryLock`) makes runs mutually exclusive.  On local
-disks (and NFS) it is a file created with ``O_CREAT | O_EXCL``; on object
-stores, which have no exclusive create, it is advisory (see the class).
+The lock (:class:`RegistryLock`) makes runs mutually exclusive.  It is a
+file created exclusively: ``O_CREAT | O_EXCL`` on local disks (and NFS), a
+conditional ``PUT`` (``If-None-Match: *``) on S3 and S3-compatible stores;
+see the class for what it guarantees elsewhere.
+
+Every file is read and written with the registry's ``storage_options``.
 """
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ from typing import Any
 import psutil
 from fsspec.implementations.local import LocalFileSystem
 
-from .data.fs import display, resolve
-from .model import LinearModel, atomic_write_bytes
+from .data.fs import access, atomic_write_bytes, create_exclusive, display, resolve
+from .model import LinearModel
 from .report import RunDir, to_json
 
 __all__ = ["Registry", "RegistryLock", "LockHeld"]
@@ -80,7 +83,7 @@ class Registry:
 
     def version_dir(self, version: str) -> RunDir:
         """The files of ``version`` (``model``, ``metrics.json`` ...)."""
-        return RunDir(f"{self.url}/{version}")
+        return RunDir(f"{self.url}/{version}", self.storage_options)
 
     def _numbers(self) -> dict[int, str]:
         if not self.fs.isdir(self.root):
@@ -136,12 +139,16 @@ class Registry:
         """The registry's lock (a context manager); see :class:`RegistryLock`."""
         return RegistryLock(self.fs, self._path("LOCK"), stale_after)
 
+    def _read_json_text(self, path: str) -> bytes:
+        with access(self.fs, path, "read"):
+            return self.fs.cat_file(path)
+
     def _path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
 
     def _read_json(self, path: str) -> dict:
         try:
-            obj = json.loads(self.fs.cat_file(path))
+            obj = json.loads(self._read_json_text(path))
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{display(self.fs, path)} is truncated or not valid JSON ({exc})") from None
         if not isinstance(obj, dict):
@@ -162,26 +169,43 @@ class LockHeld(RuntimeError):
 
 @dataclass
 class RegistryLock:
-    """An exclusive lock file holding its owner (user, host, pid, time).
+    """An exclusive lock file holding its owner (user, host, pid, time, a random token).
 
-    Acquiring creates the file with ``O_CREAT | O_EXCL`` on local filesystems
-    (atomic, also on NFS v3+), so of two runs exactly one gets it.  A lock is
-    *stale*, and is broken, when it is older than ``stale_after`` seconds, or
-    when it was taken on this host by a process that no longer runs (its pid is
-    gone, or belongs to a process started after the lock).  Breaking is itself
-    guarded by an exclusive ``LOCK.break`` file, so two runs that find the same
-    stale lock cannot both take over.
+    What it guarantees: acquiring creates ``LOCK`` only if nothing is there,
+    and of several runs that try at once exactly one succeeds, where the store
+    can create a file exclusively:
 
-    Object stores have no exclusive create: there the lock is written if absent
-    and read back, which catches most but not all races.  Run one retrain at a
-    time through the scheduler (cron ``flock``, Airflow ``max_active_runs=1``,
-    a Prefect concurrency limit, a CronJob's ``concurrencyPolicy: Forbid``).
+    * local disks and NFS v3+: ``open(O_CREAT | O_EXCL)``;
+    * S3 and S3-compatible stores (``s3://``): a conditional ``PUT`` with
+      ``If-None-Match: *``, which the store accepts for one writer and refuses
+      (``412 Precondition Failed``) for every other.  After creating the lock
+      the run repeats the conditional ``PUT``, which must be refused: a store
+      that accepts it ignores preconditions, and the run says so in a warning
+      and falls back to write-then-verify (below);
+    * ``memory://``: an exclusive open.
+
+    On other stores (and S3-compatible servers without conditional writes)
+    the lock is written if absent, then read back after ``settle`` seconds;
+    the run whose token it reads holds it.  That catches most races, not all:
+    run one retrain at a time through the scheduler as well (cron ``flock``,
+    Airflow ``max_active_runs=1``, a Prefect concurrency limit, a CronJob's
+    ``concurrencyPolicy: Forbid``).
+
+    A lock is *stale*, and is broken, when it is older than ``stale_after``
+    seconds, or when it was taken on this host by a process that no longer
+    runs (its pid is gone, or belongs to a process started after the lock).
+    Breaking is itself guarded by a ``LOCK.break`` file created the same
+    exclusive way, and the lock is removed only if it is still the stale one
+    that was judged, so two runs that find the same stale lock cannot both
+    take over.  Releasing removes the lock only if it still holds this run's
+    token.
     """
 
     fs: Any
     path: str
     stale_after: float | None
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    settle: float = 0.5
 
     @property
     def local(self) -> bool:
@@ -199,7 +223,7 @@ class RegistryLock:
         info = {"token": self.token, "user": getpass.getuser(), "host": socket.gethostname(),
                 "pid": os.getpid(), "created": _now(), "created_ts": time.time()}
         for _ in range(2):
-            if self._create(json.dumps(info).encode()):
+            if self._create(self.path, json.dumps(info).encode()):
                 return
             holder = self._read()
             if holder is None:           # released between our try and our read
@@ -214,29 +238,38 @@ class RegistryLock:
         """Remove the lock if it is still ours (a run that outlived ``stale_after`` may have lost it)."""
         holder = self._read()
         if holder is not None and holder.get("token") == self.token:
-            self.fs.rm_file(self.path)
+            self._remove(self.path)
 
-    def _create(self, data: bytes) -> bool:
-        if self.local:
-            self.fs.makedirs(posixpath.dirname(self.path), exist_ok=True)
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            return True
-        if self.fs.exists(self.path):
+    def _create(self, path: str, data: bytes) -> bool:
+        """Create ``path`` exclusively (see the class); True if this run now holds it."""
+        created = create_exclusive(self.fs, path, data)
+        if created is False:
             return False
-        self.fs.pipe_file(self.path, data)
-        holder = self._read()
-        return holder is not None and holder.get("token") == self.token
+        if created and not self.local:
+            # a store that ignores If-None-Match accepts this second create (rewriting our own bytes)
+            if create_exclusive(self.fs, path, data) is not False:
+                log.warning("%s ignores conditional writes (If-None-Match): the registry's lock falls back "
+                            "to write-then-verify, which catches most but not all races; run one retrain at a "
+                            "time through the scheduler", display(self.fs, path))
+                created = None
+        if created is None:              # write-then-verify: the last writer's token survives
+            time.sleep(self.settle)
+            holder = self._read(path)
+            return holder is not None and holder.get("token") == self.token
+        return True
 
-    def _read(self) -> dict | None:
+    def _remove(self, path: str) -> None:
+        if self.local:
+            os.unlink(path)
+            return
+        with access(self.fs, path, "write"):
+            self.fs.rm_file(path)
+
+    def _read(self, path: str | None = None) -> dict | None:
+        path = path or self.path
         try:
-            return json.loads(self.fs.cat_file(self.path))
+            with access(self.fs, path, "read"):
+                return json.loads(self.fs.cat_file(path))
         except FileNotFoundError:
             return None
         except (ValueError, UnicodeDecodeError):
@@ -250,7 +283,7 @@ class RegistryLock:
         age = time.time() - float(created)
         if self.stale_after is not None and age > self.stale_after:
             return f"it is {age / 3600:.1f} h old (stale after {self.stale_after / 3600:g} h)"
-        if self.local and holder.get("host") == socket.gethostname() and "pid" in holder:
+        if holder.get("host") == socket.gethostname() and "pid" in holder:
             pid = int(holder["pid"])
             try:
                 if psutil.Process(pid).create_time() > float(created) + 1:
@@ -261,20 +294,13 @@ class RegistryLock:
 
     def _break(self, holder: dict, why: str) -> None:
         where = display(self.fs, self.path)
-        if not self.local:
-            self.fs.rm_file(self.path)
-            log.warning("broke the stale lock %s: %s", where, why)
-            return
         guard = self.path + ".break"
-        try:
-            fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        if not self._create(guard, json.dumps({"token": self.token, "created": _now()}).encode()):
             raise LockHeld(where, holder, f" (another run is breaking this stale lock; if none is, "
-                                          f"remove {guard} too)") from None
+                                          f"remove {display(self.fs, guard)} too)") from None
         try:
             if self._read() == holder:  # still the stale lock we judged, not a fresh one
-                os.unlink(self.path)
+                self._remove(self.path)
                 log.warning("broke the stale lock %s: %s", where, why)
         finally:
-            os.close(fd)
-            os.unlink(guard)
+            self._remove(guard)

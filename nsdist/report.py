@@ -13,7 +13,11 @@ A training run directory holds::
                         checkpoints, timings
     checkpoint.json     the driver checkpoint (``--resume``)
 
-Every file is written atomically (temporary file + rename).
+Every file is written atomically (temporary file + rename; one ``PUT`` on
+object stores) with the storage options of the run directory.  No secret
+reaches these files: ``storage_options`` in ``job.yaml`` are redacted
+(``<redacted>``), and any secret value the process has seen is scrubbed from
+every text written (see :func:`nsdist.data.fs.scrub`).
 """
 from __future__ import annotations
 
@@ -23,12 +27,11 @@ import logging
 import math
 from typing import Any
 
-import fsspec
 import numpy as np
 import yaml
 
 from . import __version__, metrics
-from .model import atomic_write_bytes
+from .data.fs import atomic_write_bytes, read_bytes, redact_job, scrub
 
 __all__ = ["RunDir", "RunLog", "MEASURE_KEYS", "measure_label", "measures_table", "measures_of", "curve_png",
            "to_json"]
@@ -140,33 +143,34 @@ class RunLog(logging.Handler):
     """Collects log records of a run and saves them, whole, to ``run.log`` (atomically).
 
     With ``append`` (a resumed run), the lines already in the file are kept
-    above the new ones.
+    above the new ones.  Secrets are scrubbed from every line.
     """
 
-    def __init__(self, url: str, *, append: bool = False) -> None:
+    def __init__(self, url: str, *, append: bool = False, storage_options: dict | None = None) -> None:
         super().__init__(logging.INFO)
         self.url = url
+        self.storage_options = storage_options
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%d %H:%M:%S"))
         self.lines: list[str] = []
         if append:
             try:
-                with fsspec.open(url, "rt", encoding="utf-8") as fh:
-                    self.lines = fh.read().splitlines()
+                self.lines = read_bytes(url, storage_options).decode("utf-8", errors="replace").splitlines()
             except FileNotFoundError:
                 pass
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
+        self.lines.append(scrub(self.format(record)))
 
     def save(self) -> None:
-        atomic_write_bytes(self.url, ("\n".join(self.lines) + "\n").encode())
+        atomic_write_bytes(self.url, scrub("\n".join(self.lines) + "\n").encode(), self.storage_options)
 
 
 class RunDir:
-    """The files of one run directory (a local path or an fsspec URL)."""
+    """The files of one run directory (a local path or an fsspec URL, with its fsspec ``storage_options``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, storage_options: dict | None = None) -> None:
         self.url = url.rstrip("/")
+        self.storage_options = storage_options or None
 
     def path(self, name: str) -> str:
         return f"{self.url}/{name}"
@@ -180,16 +184,22 @@ class RunDir:
         return self.path("checkpoint.json")
 
     def write_json(self, name: str, obj: Any) -> str:
-        atomic_write_bytes(self.path(name), to_json(obj))
+        """Write ``obj`` as strict JSON (secret values scrubbed)."""
+        self.write_bytes(name, scrub(to_json(obj).decode()).encode())
         return self.path(name)
 
     def write_yaml(self, name: str, obj: Any) -> str:
-        atomic_write_bytes(self.path(name), yaml.safe_dump(obj, sort_keys=False).encode())
+        """Write ``obj`` (a job) as YAML, its ``storage_options`` redacted and secret values scrubbed."""
+        self.write_bytes(name, scrub(yaml.safe_dump(redact_job(obj), sort_keys=False)).encode())
         return self.path(name)
 
     def write_bytes(self, name: str, data: bytes) -> str:
-        atomic_write_bytes(self.path(name), data)
+        atomic_write_bytes(self.path(name), data, self.storage_options)
         return self.path(name)
 
+    def read_bytes(self, name: str) -> bytes:
+        """The content of the file ``name`` (``FileNotFoundError`` if there is none)."""
+        return read_bytes(self.path(name), self.storage_options)
+
     def log(self, *, append: bool = False) -> RunLog:
-        return RunLog(self.path("run.log"), append=append)
+        return RunLog(self.path("run.log"), append=append, storage_options=self.storage_options)

@@ -51,9 +51,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import __version__
 from .data import DataNotFoundError
-from .data.fs import display, resolve
-from .jobs import JobError, TrainJob, apply_overrides, job_from_dict, parse_overrides, read_job_file
-from .model import LinearModel, atomic_write_bytes, load_model
+from .data.fs import atomic_write_bytes, display, resolve, scrub
+from .jobs import JobError, TrainJob, apply_overrides, job_from_dict, parse_overrides, parse_storage_options, \
+    read_job_file, with_storage_options
+from .model import LinearModel, load_model
 from .registry import LockHeld, Registry
 from .report import MEASURE_KEYS, to_json
 
@@ -100,12 +101,19 @@ class RetrainJob:
 
     @property
     def registry(self) -> Registry:
-        """The model registry at ``output.dir`` (opened with the dataset's storage options)."""
-        return Registry(self.job.output.dir, self.job.dataset.storage_options or None)
+        """The model registry at ``output.dir``, opened with the output's storage options.
+
+        Those are ``output.storage_options`` (else the dataset's) merged over the
+        job's top-level ``storage_options`` (see :meth:`TrainJob.output_options`).
+        """
+        return Registry(self.job.output.dir, self.job.output_options() or None)
 
 
-def load_retrain_job(path: str, overrides: Sequence[str] = ()) -> RetrainJob:
+def load_retrain_job(path: str, overrides: Sequence[str] = (), storage_options: dict | None = None) -> RetrainJob:
     """Read, override (``KEY.PATH=VALUE``) and validate a retrain job file.
+
+    ``path`` may be an fsspec URL; ``storage_options`` (``--storage-options``)
+    are used to read it and merged over the job's top-level ``storage_options``.
 
     Raises
     ------
@@ -114,8 +122,8 @@ def load_retrain_job(path: str, overrides: Sequence[str] = ()) -> RetrainJob:
     """
     source = path + (" with --set" if overrides else "")
     raw = read_job_file(path, "a retrain job is a mapping of sections (dataset, measure, solver, cluster, "
-                              "output, retrain)")
-    raw = apply_overrides(raw, parse_overrides(overrides), source)
+                              "output, retrain)", storage_options)
+    raw = with_storage_options(apply_overrides(raw, parse_overrides(overrides), source), storage_options)
     section = raw.pop("retrain", None) or {}
     job = job_from_dict(raw, source)
     if job.dataset.test_url is not None or job.dataset.holdout is not None:
@@ -293,15 +301,15 @@ def _open(job: TrainJob):
     """
     from . import api
 
-    spec = job.dataset
-    fs, root = resolve(spec.url, spec.storage_options)
+    spec, options = job.dataset, job.data_options()
+    fs, root = resolve(spec.url, options)
     where = display(fs, root)
     if not fs.isdir(root):
         raise ValueError(f"retrain needs dataset.url to be a directory into which partitions arrive; "
                          f"{where} is not")
     try:
         ds = api.open_dataset(spec.url, label_column=spec.label_column, feature_columns=spec.feature_columns,
-                              storage_options=spec.storage_options or None)
+                              storage_options=options or None)
     except DataNotFoundError:
         return None, where, {}
     infos = fs.find(root, detail=True)
@@ -332,7 +340,7 @@ def _roll_forward(registry: Registry) -> None:
 def _adopt(rjob: RetrainJob, ds, p: Plan, record: dict) -> tuple[LinearModel, dict, dict]:
     """The first version of an empty registry from ``retrain.initial_model``, trained on everything present."""
     path = rjob.retrain.initial_model
-    model = load_model(path, rjob.job.dataset.storage_options or None)
+    model = load_model(path, rjob.job.data_options() or None)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")
     log.info("empty registry: adopting %s (it counts as trained on all %d partitions)", path, len(p.new))
     record = {**record, "holdout": [], "train": [], "decision": "adopted", "measure": None, "candidate": None,
@@ -430,24 +438,28 @@ def run(args: argparse.Namespace) -> int:
     ``error`` summary to ``--summary``).
     """
     overrides = [*args.overrides, *([f"cluster.scheduler={args.scheduler}"] if args.scheduler else [])]
+    options = parse_storage_options(getattr(args, "storage_options", None))
+    args.summary_options = options
     try:
-        rjob = load_retrain_job(args.job, overrides)
+        rjob = load_retrain_job(args.job, overrides, options)
+        args.summary_options = rjob.job.storage_options
         summary, code = run_retrain(rjob), 0
     except LockHeld as exc:
         summary, code = {"status": "locked", "message": str(exc), "holder": exc.holder}, EXIT_LOCKED
     except Exception as exc:
         _write_summary(args.summary, {"status": "error", "message": " ".join(str(exc).split()),
-                                      "error": type(exc).__name__})
+                                      "error": type(exc).__name__}, args.summary_options)
         raise
-    print(to_json(summary).decode())
-    print(f"nsdist retrain: {summary['status']}: {summary['message']}", file=sys.stderr)
-    _write_summary(args.summary, summary)
+    print(scrub(to_json(summary).decode()))
+    print(scrub(f"nsdist retrain: {summary['status']}: {summary['message']}"), file=sys.stderr)
+    _write_summary(args.summary, summary, args.summary_options)
     return code
 
 
-def _write_summary(url: str | None, summary: dict) -> None:
+def _write_summary(url: str | None, summary: dict, storage_options: dict | None = None) -> None:
+    """Write the summary to ``--summary`` (with the job's top-level storage options), secrets scrubbed."""
     if url:
-        atomic_write_bytes(url, to_json(summary))
+        atomic_write_bytes(url, scrub(to_json(summary).decode()).encode(), storage_options or None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
-from nsdist.data.fs import DataNotFoundError, display, resolve
+from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
 
 __all__ = ["PartitionInfo", "Dataset"]
 
@@ -251,10 +251,12 @@ class Dataset:
     def _read(self, i: int, columns: list[str]) -> tuple[pa.Table, str]:
         info, where = self.partitions[i], self.partition_name(i)
         try:
-            with self.fs.open(info.path, "rb") as f:
+            with access(self.fs, info.path, "read"), self.fs.open(info.path, "rb") as f:
                 parquet = pq.ParquetFile(f)
                 self.schema.check(parquet.schema_arrow, where)
                 table = parquet.read(columns=columns)
+        except StorageAccessError:
+            raise
         except (pa.ArrowException, OSError) as exc:
             raise ValueError(f"{where}: cannot read the Parquet file ({exc})") from exc
         if table.num_rows != info.num_rows:
@@ -276,15 +278,22 @@ def _discover(fs: AbstractFileSystem, path: str, url: str) -> tuple[str, list[tu
     """
     root, infos = path, None
     try:
-        magic = [path.index(c) for c in "*?[" if c in path]
-        if magic:
-            root, infos = path[:min(magic)].rsplit("/", 1)[0], {}
-            for p, info in fs.glob(path, detail=True).items():
-                infos.update(fs.find(p, detail=True) if info["type"] == "directory" else {p: info})
-        elif fs.isdir(path):
-            infos = fs.find(path, detail=True)
-        elif fs.isfile(path):
-            return "", [(path, int(fs.info(path).get("size") or 0))]
+        with access(fs, path, "list"):
+            magic = [path.index(c) for c in "*?[" if c in path]
+            if magic:
+                root, infos = path[:min(magic)].rsplit("/", 1)[0], {}
+                for p, info in fs.glob(path, detail=True).items():
+                    infos.update(fs.find(p, detail=True) if info["type"] == "directory" else {p: info})
+            elif fs.isdir(path):
+                infos = fs.find(path, detail=True)
+                if incomplete(fs, path):
+                    raise DataNotFoundError(
+                        f"{url!r} is incomplete: an ingest into it has not finished, or died ({INCOMPLETE} "
+                        "is there, _nsdist.json is not); wait for it, or ingest again with --overwrite")
+            elif fs.isfile(path):
+                return "", [(path, int(fs.info(path).get("size") or 0))]
+    except (StorageAccessError, DataNotFoundError):
+        raise
     except OSError as exc:
         raise ValueError(f"cannot list {url!r}: {exc}") from exc
     if infos is None:
@@ -300,9 +309,11 @@ def _discover(fs: AbstractFileSystem, path: str, url: str) -> tuple[str, list[tu
 def _footer(fs: AbstractFileSystem, path: str) -> tuple[int, pa.Schema]:
     """Row count and Arrow schema from a Parquet footer."""
     try:
-        with fs.open(path, "rb") as f:
+        with access(fs, path, "read"), fs.open(path, "rb") as f:
             parquet = pq.ParquetFile(f)
             return parquet.metadata.num_rows, parquet.schema_arrow
+    except StorageAccessError:
+        raise
     except (pa.ArrowException, OSError) as exc:
         raise ValueError(f"{display(fs, path)}: not a readable Parquet file ({exc})") from exc
 

@@ -1,22 +1,72 @@
-"""Filesystem helpers: resolving URLs, naming files in messages, publishing atomically.
+"""Filesystem helpers: resolving URLs with their storage options, atomic writes and publishing.
 
-Every path the data layer touches goes through :func:`resolve`, so local paths,
-``file://``, ``memory://``, ``s3://`` and any other fsspec URL behave the same.
+Every path the product touches goes through :func:`resolve` (or the helpers
+built on it), so local paths, ``file://``, ``memory://``, ``s3://`` and any
+other fsspec URL behave the same, and every read and write gets the fsspec
+``storage_options`` that apply to its URL.  See ``docs/object-storage.md``.
+
+Options
+    :func:`merge_options` combines the layers (job-wide options, then a
+    section's own); :func:`forwarded_options` adds, for ``s3://`` URLs, the
+    credentials the *driver* found in its environment or AWS profile, so the
+    filesystem object that Dask pickles into each task carries them and the
+    workers need nothing in their own environment.  fsspec's own configuration
+    (``FSSPEC_<PROTOCOL>_<KEY>`` variables, ``~/.config/fsspec/``) is applied
+    by fsspec when the driver creates the filesystem, and travels the same way.
+Secrets
+    :func:`redact` replaces the values of secret-looking keys (keys, secrets,
+    tokens, passwords ...) with ``"<redacted>"`` wherever options are echoed;
+    :func:`scrub` removes every secret value the process has seen from a text
+    before it is written (run logs, job files, metrics).
+Atomicity
+    :func:`atomic_write_bytes`: a local file is written to a temporary sibling
+    and renamed; an object is one ``PUT``.  :func:`staging_directory` publishes
+    a directory: by one rename on local disks, and on object stores (which
+    cannot rename a directory) by writing the parts in place behind an
+    ``_nsdist.incomplete`` marker and the manifest last.  :func:`create_exclusive`
+    is the primitive of the registry's lock.
+Errors
+    :func:`access` turns a missing-credentials or access-denied error into a
+    :class:`StorageAccessError` that says who (the driver, or which Dask
+    worker) could not read or write which URL, and what it lacked.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import logging
 import os
 import posixpath
+import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 from fsspec.spec import AbstractFileSystem
 
-__all__ = ["DataNotFoundError", "resolve", "display", "staging_directory", "check_absent"]
+__all__ = ["DataNotFoundError", "StorageAccessError", "resolve", "display", "staging_directory", "check_absent",
+           "atomic_write_bytes", "read_bytes", "exists", "create_exclusive", "merge_options", "forwarded_options",
+           "redact", "redact_job", "scrub", "register_secrets", "access", "INCOMPLETE", "REDACTED", "is_object_store"]
+
+log = logging.getLogger("nsdist")
+
+#: marker object of a dataset being published in place on an object store (see :func:`staging_directory`)
+INCOMPLETE = "_nsdist.incomplete"
+
+#: what a secret's value is replaced by wherever options are echoed
+REDACTED = "<redacted>"
+
+# keys whose values are secrets: key, secret, token, password, credentials, SAS/connection strings ...
+_SECRET_KEY = re.compile(r"key|secret|token|passw|credential|signature|sas|connection_string|auth|cookie|"
+                         r"private|session", re.IGNORECASE)
+# ... except these, which name no secret
+_NOT_SECRET = frozenset({"key_prefix", "ssekms_key_id_header"})
 
 
 class DataNotFoundError(FileNotFoundError, ValueError):
@@ -27,9 +77,187 @@ class DataNotFoundError(FileNotFoundError, ValueError):
     """
 
 
+class StorageAccessError(PermissionError):
+    """The driver or a Dask worker could not read or write a URL: no credentials, or not allowed.
+
+    The message names who (``the driver`` or ``Dask worker NAME (ADDRESS)``),
+    the URL, and what was lacking.
+    """
+
+
+# ------------------------------------------------------------------ options
+def merge_options(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options of several layers, later ones winning; nested mappings (``client_kwargs``) merge too.
+
+    Values equal to :data:`REDACTED` (read back from an echoed job file) are
+    dropped, so that another layer (``--storage-options``, the environment)
+    can supply the secret.
+    """
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if value == REDACTED:
+                continue
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+                out[key] = merge_options(out[key], value)
+            elif isinstance(value, Mapping):
+                out[key] = merge_options(value)
+            else:
+                out[key] = copy.deepcopy(value)
+    return out
+
+
+def is_secret_key(key: Any) -> bool:
+    """Whether an option named ``key`` holds a secret (its value is redacted when echoed)."""
+    return isinstance(key, str) and key not in _NOT_SECRET and bool(_SECRET_KEY.search(key))
+
+
+def redact(obj: Any) -> Any:
+    """A copy of ``obj`` (options, a job dict) with the value of every secret-looking key replaced by ``<redacted>``.
+
+    Recurses into mappings and lists; ``None`` and booleans are kept (``anon: true`` is no secret).
+    """
+    if isinstance(obj, Mapping):
+        return {k: (REDACTED if is_secret_key(k) and v is not None and not isinstance(v, bool) else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def redact_job(obj: Any) -> Any:
+    """A copy of a job (or any nested dict) with every ``storage_options`` mapping :func:`redact`-ed."""
+    if isinstance(obj, Mapping):
+        return {k: redact(v) if k == "storage_options" and isinstance(v, Mapping) else redact_job(v)
+                for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_job(v) for v in obj]
+    return obj
+
+
+_SECRETS: set[str] = set()
+_SECRETS_LOCK = threading.Lock()
+
+
+def register_secrets(options: Mapping[str, Any] | None) -> None:
+    """Remember the secret values in ``options`` so that :func:`scrub` removes them from any text."""
+    found: list[str] = []
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, Mapping):
+            for k, v in obj.items():
+                if is_secret_key(k) and isinstance(v, str) and len(v) >= 4 and v != REDACTED:
+                    found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v)
+
+    walk(options)
+    if found:
+        with _SECRETS_LOCK:
+            _SECRETS.update(found)
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret value replaced by ``<redacted>``."""
+    with _SECRETS_LOCK:
+        secrets = sorted(_SECRETS, key=len, reverse=True)
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _protocol(url: str) -> str:
+    return (fsspec.core.split_protocol(url)[0] or "file").lower()
+
+
+_S3_CREDENTIAL_KEYS = ("key", "secret", "token", "anon", "profile", "session", "username", "password")
+
+
+def forwarded_options(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` plus what the driver knows that the workers may not, for ``s3://`` URLs.
+
+    When the options give no credentials (``key``/``secret``, ``anon``, a
+    ``session``), the driver's own are added: those of ``AWS_ACCESS_KEY_ID`` /
+    ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, or of the AWS profile
+    (``profile`` option, else ``AWS_PROFILE``) in the shared credentials and
+    config files.  Credentials of an instance or container role are *not*
+    copied: the workers of such a deployment have their own.  Likewise
+    ``AWS_ENDPOINT_URL[_S3]`` and ``AWS_REGION`` become ``client_kwargs``.
+    Other protocols are returned unchanged (their fsspec configuration is
+    applied by fsspec on the driver and travels with the filesystem).
+    """
+    out = merge_options(options)
+    if _protocol(url) not in ("s3", "s3a"):
+        return out
+    client_kwargs = dict(out.get("client_kwargs") or {})
+    if not any(k in out for k in _S3_CREDENTIAL_KEYS) and "aws_access_key_id" not in client_kwargs:
+        creds = _driver_aws_credentials(os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE"))
+        if creds is not None:
+            out.update(creds)
+    elif "profile" in out and not any(k in out for k in ("key", "secret", "anon", "session")):
+        creds = _driver_aws_credentials(out["profile"])
+        if creds is not None:
+            out.pop("profile")
+            out.update(creds)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "endpoint_url" not in out and "endpoint_url" not in client_kwargs:
+        client_kwargs["endpoint_url"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region and "region_name" not in client_kwargs:
+        client_kwargs["region_name"] = region
+    if client_kwargs:
+        out["client_kwargs"] = client_kwargs
+    register_secrets(out)
+    return out
+
+
+def _driver_aws_credentials(profile: str | None) -> dict[str, str] | None:
+    key = (os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
+           os.environ.get("AWS_SESSION_TOKEN"), profile)
+    return _aws_credentials(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _aws_credentials(key: tuple) -> dict[str, str] | None:
+    """Frozen credentials from the environment or a shared profile (never from a role), or None."""
+    env_key, env_secret, env_token, profile = key
+    if env_key and env_secret and not profile:
+        return {"key": env_key, "secret": env_secret, **({"token": env_token} if env_token else {})}
+    try:
+        import botocore.session
+    except ImportError:
+        return None
+    try:
+        session = botocore.session.Session(profile=profile)
+        resolver = session.get_component("credential_provider")
+        for name in ("container-role", "iam-role", "sso", "assume-role-with-web-identity"):
+            with contextlib.suppress(Exception):
+                resolver.remove(name)
+        creds = resolver.load_credentials()
+    except Exception as exc:  # a broken profile: let the filesystem report it
+        log.debug("no driver AWS credentials to forward: %s", exc)
+        return None
+    if creds is None:
+        return None
+    frozen = creds.get_frozen_credentials()
+    if not (frozen.access_key and frozen.secret_key):
+        return None
+    return {"key": frozen.access_key, "secret": frozen.secret_key,
+            **({"token": frozen.token} if frozen.token else {})}
+
+
+# ------------------------------------------------------------------ resolving
 def resolve(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = None
             ) -> tuple[AbstractFileSystem, str]:
     """Return the filesystem and the path inside it for a local path or fsspec URL.
+
+    The options are :func:`forwarded_options` of ``storage_options``: the
+    filesystem (which Dask pickles, options included, into the tasks that
+    use it) carries everything a worker needs.
 
     Raises
     ------
@@ -41,10 +269,13 @@ def resolve(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = 
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
         raise ValueError(f"expected a path or URL string, got {url!r}")
+    options = forwarded_options(url, storage_options)
+    register_secrets(options)
     try:
-        fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **options)
     except (ValueError, ImportError, TypeError) as exc:
-        raise ValueError(f"cannot open {url!r}: {exc}") from exc
+        raise ValueError(f"cannot open {url!r}: {scrub(str(exc))}") from exc
+    register_secrets(getattr(fs, "storage_options", None))   # with fsspec's configuration applied
     return fs, path.rstrip("/") or path
 
 
@@ -53,21 +284,122 @@ def display(fs: AbstractFileSystem, path: str) -> str:
     return path if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(path)
 
 
+def is_object_store(fs: AbstractFileSystem) -> bool:
+    """Whether ``fs`` cannot rename a directory atomically (anything but local disks and ``memory://``)."""
+    return not isinstance(fs, (LocalFileSystem, MemoryFileSystem))
+
+
+# ------------------------------------------------------------------ reading and writing
+def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether anything is at ``url``."""
+    fs, path = resolve(url, storage_options)
+    with access(fs, path, "read"):
+        return fs.exists(path)
+
+
+def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
+    """The content of the file at ``url`` (``FileNotFoundError`` naming it if there is none)."""
+    fs, path = resolve(url, storage_options)
+    with access(fs, path, "read"):
+        try:
+            return fs.cat_file(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(2, "No such file or directory", display(fs, path)) from None
+
+
+def atomic_write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write ``data`` to ``url`` so that readers see the old or the new content, never a part.
+
+    Local files: a temporary sibling, ``fsync``, ``os.replace``.  Object stores
+    (``s3://`` ...): a single ``PUT``, which they publish atomically.
+    """
+    fs, path = resolve(url, storage_options)
+    if isinstance(fs, LocalFileSystem):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    with access(fs, path, "write"):
+        parent = posixpath.dirname(path)
+        if parent and parent != path and not is_object_store(fs):
+            fs.makedirs(parent, exist_ok=True)
+        fs.pipe_file(path, data)
+
+
+def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool | None:
+    """Create the file ``path`` holding ``data`` only if nothing is there: True if created, False if not.
+
+    Atomic where the store can do it: ``O_CREAT | O_EXCL`` on local disks,
+    a conditional ``PUT`` (``If-None-Match: *``) on S3 and S3-compatible
+    stores, an exclusive open in ``memory://``.  Elsewhere fsspec checks,
+    then writes, which is not atomic: the result is then ``None`` if the
+    file was written (the caller must verify by reading back).
+    """
+    if isinstance(fs, LocalFileSystem):
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return True
+    atomic = isinstance(fs, MemoryFileSystem) or "s3" in _protocols(fs)
+    with access(fs, path, "write"):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        except TypeError:            # an old implementation without mode=
+            if fs.exists(path):
+                return False
+            fs.pipe_file(path, data)
+            return None
+    return True if atomic else None
+
+
+def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
+    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+
+
+# ------------------------------------------------------------------ publishing a directory
 @contextlib.contextmanager
 def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> Iterator[str]:
-    """Yield a fresh hidden directory beside ``dst``; publish it as ``dst`` on success.
+    """Yield the directory to write a dataset into; publish it as ``dst`` when the body succeeds.
 
-    On normal exit the directory is renamed to ``dst`` (an existing ``dst`` is
-    first moved aside and deleted only after the rename succeeded). If the body
-    raises, the staging directory is deleted and ``dst`` is left as it was.
-    On a local filesystem the final rename is atomic; on object stores a
-    "rename" is a copy followed by a delete.
+    Local disks and ``memory://``: a fresh hidden directory beside ``dst``,
+    renamed to ``dst`` on success (an existing ``dst`` is first moved aside
+    and deleted only after the rename succeeded); the rename is atomic.
+
+    Object stores, which rename by copying every object: ``dst`` itself.  An
+    ``_nsdist.incomplete`` marker is written first (an existing ``dst`` being
+    replaced loses its manifest, then its files); the body writes the parts
+    and, last, the manifest (``_nsdist.json``), which commits the dataset;
+    then the marker is removed.  A reader that finds the marker and no
+    manifest refuses the directory as incomplete.
+
+    If the body raises, what it wrote is deleted and, on local disks, ``dst``
+    is left as it was (on object stores a replaced ``dst`` is gone).
 
     Raises
     ------
     FileExistsError
         If ``dst`` exists and ``overwrite`` is false.
     """
+    if is_object_store(fs):
+        with _publish_in_place(fs, dst, overwrite=overwrite) as where:
+            yield where
+        return
     parent, name = posixpath.split(dst)
     check_absent(fs, dst, overwrite=overwrite)
     token = uuid.uuid4().hex[:12]
@@ -92,7 +424,108 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
             fs.rm(staging, recursive=True)
 
 
+@contextlib.contextmanager
+def _publish_in_place(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> Iterator[str]:
+    from nsdist.data.metadata import SIDECAR
+
+    marker = posixpath.join(dst, INCOMPLETE)
+    with access(fs, dst, "write"):
+        check_absent(fs, dst, overwrite=overwrite)
+        fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+        old = [p for p in fs.find(dst) if p != marker]
+        if old:   # withdraw the dataset being replaced: its manifest first, so that no reader trusts it
+            manifest = posixpath.join(dst, SIDECAR)
+            if manifest in old:
+                fs.rm_file(manifest)
+            fs.rm([p for p in old if p != manifest])
+    try:
+        yield dst
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm([p for p in fs.find(dst) if p != marker])
+            fs.rm_file(marker)
+        raise
+    with access(fs, dst, "write"):
+        fs.rm_file(marker)
+    fs.invalidate_cache(dst)
+
+
 def check_absent(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> None:
     """Raise ``FileExistsError`` if ``dst`` exists and may not be replaced."""
     if not overwrite and fs.exists(dst):
         raise FileExistsError(f"{display(fs, dst)} already exists; pass overwrite=True to replace it")
+
+
+def incomplete(fs: AbstractFileSystem, root: str) -> bool:
+    """Whether the directory ``root`` is a dataset whose in-place publication has not finished (or died)."""
+    from nsdist.data.metadata import SIDECAR
+
+    return fs.isfile(posixpath.join(root, INCOMPLETE)) and not fs.isfile(posixpath.join(root, SIDECAR))
+
+
+# ------------------------------------------------------------------ errors
+@contextlib.contextmanager
+def access(fs: AbstractFileSystem, path: str, action: str = "read") -> Iterator[None]:
+    """Re-raise a credentials or permission error inside the block as a :class:`StorageAccessError`.
+
+    Its message says who failed (the driver or which Dask worker), to
+    ``action`` which URL, and what it lacked; other errors pass unchanged.
+    """
+    if isinstance(fs, LocalFileSystem):    # a local PermissionError says all there is to say
+        yield
+        return
+    try:
+        yield
+    except StorageAccessError:
+        raise
+    except Exception as exc:
+        lacked = _lacked(exc)
+        if lacked is None:
+            raise
+        where = display(fs, path)
+        raise StorageAccessError(scrub(f"{_who()} cannot {action} {where}: {lacked}")) from exc
+
+
+def _who() -> str:
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return "the driver"
+    return f"Dask worker {worker.name} ({worker.address})"
+
+
+_DENIED_CODES = {
+    "InvalidAccessKeyId": "its access key is not known to the store (the credentials are wrong)",
+    "SignatureDoesNotMatch": "the secret does not match the access key (the credentials are wrong)",
+    "ExpiredToken": "its session token has expired",
+    "InvalidToken": "its session token is not valid",
+    "AccessDenied": "permission: the store denied access to these credentials",
+    "AllAccessDisabled": "permission: all access to this object is disabled",
+}
+
+_HINT = ("; give credentials in storage_options (dataset.storage_options, output.storage_options, the job's "
+         "storage_options or --storage-options): nsdist sends them with every task, so the workers need "
+         "nothing in their environment")
+
+
+def _lacked(exc: BaseException) -> str | None:
+    """What a credentials/permission error says was lacking, or None for another error."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        name = type(cur).__name__
+        if name in ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError",
+                    "CredentialRetrievalError", "UnauthorizedSSOTokenError", "DefaultCredentialsError"):
+            return f"no credentials ({name}: {cur})" + _HINT
+        code = getattr(cur, "response", {}).get("Error", {}).get("Code") if hasattr(cur, "response") else None
+        if code in _DENIED_CODES:
+            return f"{_DENIED_CODES[code]} ({code})" + _HINT
+        if name == "EndpointConnectionError":
+            return f"a reachable endpoint ({cur}); set client_kwargs.endpoint_url in storage_options"
+        if isinstance(cur, PermissionError) and not isinstance(cur, StorageAccessError):
+            return f"permission ({' '.join(str(cur).split())})" + _HINT
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -1,0 +1,378 @@
+"""The whole product against a real S3-compatible server (``moto_server`` on 127.0.0.1).
+
+Credentials reach nsdist only through storage options (``--storage-options``,
+a job's ``storage_options``): no ``AWS_*`` variable is set in the tests'
+environment nor in the Dask processes they start.  Ingest (SVMlight and CSV),
+training on an embedded cluster and on real ``dask scheduler`` / ``dask
+worker`` processes with the run directory on ``s3://``, a SIGKILLed run
+resumed from its ``s3://`` checkpoint, evaluate and predict to and from
+``s3://``, two retrain cycles and two racing retrain runs with the registry on
+``s3://``, the lock raced by threads, a worker without credentials, and no
+secret in any file a run wrote.
+"""
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+from s3_server import apply, clean_environment, start_s3  # noqa: E402
+
+from nsdist import api  # noqa: E402
+from nsdist.data import Dataset, DataNotFoundError  # noqa: E402
+from nsdist.data.fs import (INCOMPLETE, REDACTED, StorageAccessError, forwarded_options, merge_options,  # noqa: E402
+                            redact, redact_job, resolve)
+from nsdist.jobs import parse_storage_options  # noqa: E402
+from nsdist.model import LinearModel, load_model  # noqa: E402
+from nsdist.registry import LockHeld, RegistryLock  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+LETTER = REPO / "data" / "letter" / "letter-recognition.data"
+
+#: stdout + stderr of every command run here (searched for secrets at the end)
+OUTPUTS: list[str] = []
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A ``moto_server`` with a bucket; the environment is credential-free while the module runs."""
+    work = tmp_path_factory.mktemp("moto")
+    undo = apply(clean_environment(work))
+    server = start_s3(work)
+    try:
+        yield server
+    finally:
+        server.close()
+        apply(undo)
+
+
+@pytest.fixture(scope="module")
+def cluster(s3, dask_processes):
+    """A ``dask scheduler`` and two ``dask worker`` processes, started with no credentials in their environment."""
+    return dask_processes(2)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory) -> Path:
+    """Where the runs of this module write local files (searched for secrets at the end)."""
+    return tmp_path_factory.mktemp("s3-local")
+
+
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory) -> Path:
+    """The user's own files that hold the credentials (an options file, a job file): not searched."""
+    return tmp_path_factory.mktemp("s3-secrets")
+
+
+@pytest.fixture(scope="module")
+def opts(s3, secrets) -> str:
+    """``--storage-options @FILE`` argument."""
+    return f"@{s3.write_options(secrets / 'options.json')}"
+
+
+def nsdist(*args, code: int = 0, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "nsdist", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ))
+    OUTPUTS.append(proc.stdout + proc.stderr)
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    return proc
+
+
+def letter_rows(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.loadtxt(LETTER, delimiter=",", dtype=str)[:n]
+    return rows[:, 1:].astype(np.float64), np.where(rows[:, 0] == "N", 1, -1).astype(np.int8)
+
+
+def keys(fs, prefix: str) -> list[str]:
+    return sorted(p[len(prefix) + 1:] for p in fs.find(prefix))
+
+
+# ------------------------------------------------------------------ options, without a server
+def test_options_merge_redact_and_parse(tmp_path):
+    base = {"key": "AKIA1", "secret": "s3cr3t-value", "client_kwargs": {"endpoint_url": "http://x", "a": 1}}
+    merged = merge_options(base, {"client_kwargs": {"a": 2}, "secret": REDACTED})
+    assert merged == {"key": "AKIA1", "secret": "s3cr3t-value", "client_kwargs": {"endpoint_url": "http://x", "a": 2}}
+    assert redact(base) == {"key": REDACTED, "secret": REDACTED, "client_kwargs": {"endpoint_url": "http://x", "a": 1}}
+    assert redact({"anon": True, "token": None, "password": "pw12"}) == {"anon": True, "token": None,
+                                                                       "password": REDACTED}
+    job = {"dataset": {"url": "s3://b/d", "storage_options": base}, "measure": {"key": "partial_auc"}}
+    assert redact_job(job)["dataset"]["storage_options"]["secret"] == REDACTED
+    assert redact_job(job)["measure"] == {"key": "partial_auc"}     # only storage options are redacted
+    (tmp_path / "o.yaml").write_text("key: a\nsecret: b\n")
+    assert parse_storage_options(f"@{tmp_path / 'o.yaml'}") == {"key": "a", "secret": "b"}
+    assert parse_storage_options('{"anon": true}') == {"anon": True}
+    with pytest.raises(ValueError, match="expected a mapping") as err:
+        parse_storage_options('"the-secret"')
+    assert "the-secret" not in str(err.value)
+
+
+def test_driver_credentials_are_forwarded_for_s3_only(monkeypatch, tmp_path):
+    for name, value in clean_environment(tmp_path).items():
+        monkeypatch.delenv(name, raising=False) if value is None else monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    out = forwarded_options("s3://b/x", {})
+    assert (out["key"], out["secret"], out["client_kwargs"]["endpoint_url"]) == ("AKIAENV", "env-secret-1",
+                                                                               "http://127.0.0.1:1")
+    assert forwarded_options("s3://b/x", {"anon": True}).get("key") is None       # explicit options win
+    assert forwarded_options("memory://x", {}) == {}
+
+
+# ------------------------------------------------------------------ ingest
+def write_svmlight(path: Path, n: int) -> Path:
+    X, y = letter_rows(n)
+    lines = (f"{'+1' if label > 0 else '-1'} " + " ".join(f"{j + 1}:{v:g}" for j, v in enumerate(row) if v)
+             for row, label in zip(X, y))
+    with bz2.open(path, "wt") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path
+
+
+def test_ingest_svmlight_and_csv_to_s3_publish_in_place(s3, cluster, local, opts):
+    """Both ingests exit 0 at the first attempt and publish parts + manifest, with no marker or staging left;
+    the bytes are those of a local ingest; an existing dataset is refused, then replaced with --overwrite."""
+    svm = write_svmlight(local / "letter.svm.bz2", 3000)
+    nsdist("ingest", svm, s3.url("svm"), "--rows-per-partition", 500, "--storage-options", opts)
+    nsdist("ingest", LETTER, s3.url("letter"), "--format", "csv", "--label-column", 0, "--positive", "N", "--rows-per-partition", 1000,
+           "--storage-options", opts, "--scheduler", cluster.address)
+    fs = s3.filesystem()
+    for name, n in (("svm", 6), ("letter", 20)):
+        assert keys(fs, f"{s3.bucket}/{name}") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(n))]
+    ds = Dataset.open(s3.url("letter"), storage_options=s3.options)
+    assert (ds.num_rows, len(ds.partitions), ds.metadata["positives"]) == (20000, 20, 783)
+
+    here = api.ingest(str(LETTER), str(local / "letter"), format="csv", label_column=0, positive="N", rows_per_partition=1000,
+                      client=cluster.address)
+    remote = json.loads(fs.cat_file(f"{s3.bucket}/letter/_nsdist.json"))
+    assert remote["content_sha256"] == here.metadata["content_sha256"]
+
+    line = nsdist("ingest", svm, s3.url("svm"), "--storage-options", opts, code=1).stderr
+    assert "already exists" in line and s3.url("svm") in line
+    nsdist("ingest", svm, s3.url("svm"), "--rows-per-partition", 1000, "--overwrite", "--storage-options", opts)
+    assert keys(fs, f"{s3.bucket}/svm") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(3))]
+
+
+def test_an_unfinished_in_place_ingest_is_refused_as_incomplete(s3):
+    fs = s3.filesystem()
+    fs.pipe_file(f"{s3.bucket}/half/{INCOMPLETE}", b"{}")
+    fs.copy(f"{s3.bucket}/letter/part-00000.parquet", f"{s3.bucket}/half/part-00000.parquet")
+    with pytest.raises(DataNotFoundError, match="is incomplete: an ingest into it has not finished"):
+        Dataset.open(s3.url("half"), storage_options=s3.options)
+
+
+# ------------------------------------------------------------------ train, evaluate, predict
+def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_predict(s3, cluster, secrets, opts):
+    """A job file gives the credentials once (top-level storage_options); its echo job.yaml does not."""
+    job = secrets / "letter-s3.yaml"
+    job.write_text(yaml.safe_dump({
+        "dataset": {"url": s3.url("letter"), "holdout": 0.3},
+        "measure": {"name": "pauc", "beta": 0.1}, "solver": {"name": "2pmb", "n_passes": 1, "random_state": 0},
+        "cluster": {"n_workers": 1}, "output": {"dir": s3.url("runs/embedded")}, "storage_options": s3.options}))
+    nsdist("train", job, "--no-progress")
+    fs = s3.filesystem()
+    run = f"{s3.bucket}/runs/embedded"
+    assert {"job.yaml", "metrics.json", "run.log", "checkpoint.json", "learning_curve.png", "model/model.json"} \
+        <= set(keys(fs, run))
+    echoed = yaml.safe_load(fs.cat_file(f"{run}/job.yaml"))
+    assert echoed["storage_options"]["key"] == echoed["storage_options"]["secret"] == REDACTED
+    assert echoed["storage_options"]["client_kwargs"]["endpoint_url"] == s3.endpoint
+    metrics = json.loads(fs.cat_file(f"{run}/metrics.json"))
+    assert metrics["evaluation"]["data"] == "holdout" and metrics["measure"]["value"] > 0.5
+
+    out = nsdist("evaluate", s3.url("runs/embedded"), s3.url("letter"), "--storage-options", opts,
+                 "--scheduler", cluster.address).stdout
+    assert f"written to {s3.url('runs/embedded/evaluation.json')}" in out
+    evaluation = json.loads(fs.cat_file(f"{run}/evaluation.json"))
+    assert evaluation["n_rows"] == 20000 and 0.5 < evaluation["partial_auc"] <= 1
+
+    nsdist("predict", s3.url("runs/embedded"), s3.url("letter"), s3.url("scores/letter.parquet"),
+           "--storage-options", opts)
+    scores = pq.read_table(f"{s3.bucket}/scores/letter.parquet", filesystem=fs)
+    assert scores.num_rows == 20000 and scores.column_names == ["label", "score", "prediction"]
+    model = load_model(s3.url("runs/embedded/model"), s3.options)
+    X, _ = Dataset.open(s3.url("letter"), storage_options=s3.options).read_partition(0)
+    np.testing.assert_allclose(scores.column("score").to_numpy()[:1000], model.decision_function(X))
+
+
+TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 4, "--random-state", 5, "--checkpoint-every", 1,
+         "--no-progress"]
+
+
+def test_killed_run_resumes_from_its_s3_checkpoint_to_the_identical_model(s3, cluster, opts):
+    """On real Dask processes; credentials only on the command line, never in the job file."""
+    nsdist("train", s3.url("letter"), *TRAIN, "--out", s3.url("runs/full"), "--scheduler", cluster.address,
+           "--storage-options", opts)
+    fs = s3.filesystem()
+    checkpoint = f"{s3.bucket}/runs/killed/checkpoint.json"
+    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", s3.url("letter"), *map(str, TRAIN), "--out",
+                             s3.url("runs/killed"), "--scheduler", cluster.address, "--storage-options", opts],
+                            cwd=REPO, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, position = time.monotonic() + 240, -1
+    while position < 8:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        try:
+            position = json.loads(fs.cat_file(checkpoint))["position"]
+        except FileNotFoundError:
+            time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert not fs.exists(f"{s3.bucket}/runs/killed/model/model.json")
+
+    nsdist("train", s3.url("runs/killed/job.yaml"), "--resume", "--storage-options", opts)
+    resumed, full = (json.loads(fs.cat_file(f"{s3.bucket}/runs/{name}/model/model.json")) for name in ("killed", "full"))
+    assert resumed["weights"]["sha256"] == full["weights"]["sha256"]
+    log = fs.cat_file(f"{s3.bucket}/runs/killed/run.log").decode()
+    assert f"resuming from {s3.url('runs/killed/checkpoint.json')} at partition step" in log
+
+
+def test_driver_environment_credentials_reach_remote_workers(s3, cluster, monkeypatch):
+    """With credentials in the driver's environment only, workers that have none still read."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    model = load_model(s3.url("runs/embedded/model"))
+    result = api.evaluate(model, s3.url("letter"), client=cluster.address)
+    assert result["n_rows"] == 20000
+
+
+def test_a_worker_without_credentials_says_it_was_a_worker_which_url_and_what(s3, cluster):
+    import s3fs
+
+    ds = Dataset.open(s3.url("letter"), storage_options=s3.options)
+    blind = dataclasses.replace(ds, fs=s3fs.S3FileSystem(skip_instance_cache=True,
+                                                         client_kwargs=s3.options["client_kwargs"]))
+    model = LinearModel(coef=np.zeros(ds.n_features), intercept=0.0, measure="pauc", feature_names=ds.feature_names)
+    with pytest.raises(StorageAccessError) as err:
+        api.evaluate(model, blind, client=cluster.address)
+    message = str(err.value)
+    assert message.startswith("Dask worker ") and "tcp://127.0.0.1:" in message, message
+    assert f"cannot read {s3.url('letter')}/part-000" in message and "no credentials" in message, message
+
+
+# ------------------------------------------------------------------ retrain and its lock
+def arrive(fs, s3, day: int, X: np.ndarray, y: np.ndarray) -> None:
+    table = pa.table({**{f"f{j}": X[:, j] for j in range(X.shape[1])}, "label": y})
+    pq.write_table(table, f"{s3.bucket}/stream/date=2026-11-{day:02d}/part-00000.parquet", filesystem=fs)
+
+
+def test_two_retrain_cycles_then_two_racing_runs_with_the_registry_on_s3(s3, cluster, local, opts):
+    fs = s3.filesystem()
+    X, y = letter_rows()
+    X = (X - X.mean(0)) / X.std(0)
+    job = local / "retrain.yaml"
+    job.write_text(yaml.safe_dump({
+        "dataset": {"url": s3.url("stream")}, "measure": {"name": "pauc", "beta": 0.1},
+        "solver": {"name": "1pmb", "random_state": 0}, "output": {"dir": s3.url("registry")},
+        "retrain": {"tolerance": 0.05}}))
+
+    def retrain(*extra) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "nsdist", "retrain", str(job), "--scheduler", cluster.address,
+                                 "--storage-options", opts, *extra], cwd=local, env=dict(os.environ),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(proc) -> tuple[int, dict]:
+        out, err = proc.communicate(timeout=300)
+        OUTPUTS.append(out + err)
+        assert proc.returncode in (0, 75), err
+        return proc.returncode, json.loads(out)
+
+    for day in (1, 2):
+        arrive(fs, s3, day, X[(day - 1) * 3000:day * 3000], y[(day - 1) * 3000:day * 3000])
+    _, first = finish(retrain("--summary", s3.url("summaries/first.json")))
+    assert (first["status"], first["version"]) == ("promoted", "v0001")
+    assert json.loads(fs.cat_file(f"{s3.bucket}/summaries/first.json"))["status"] == "promoted"
+    arrive(fs, s3, 3, X[6000:9000], y[6000:9000])
+    _, second = finish(retrain())
+    assert second["status"] in ("promoted", "refused") and second["version"] == "v0002"
+
+    arrive(fs, s3, 4, X[9000:12000], y[9000:12000])
+    racers = [retrain(), retrain()]
+    outcomes = [finish(proc) for proc in racers]
+    statuses = sorted(summary["status"] for _, summary in outcomes)
+    assert sum(s in ("promoted", "refused") for s in statuses) == 1, outcomes
+    assert statuses[0] in ("locked", "no_new_data") or statuses[1] in ("locked", "no_new_data"), outcomes
+    versions = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{s3.bucket}/registry") if "/v0" in p)
+    assert versions == ["v0001", "v0002", "v0003"]
+    assert not fs.exists(f"{s3.bucket}/registry/LOCK")
+    current = json.loads(fs.cat_file(f"{s3.bucket}/registry/CURRENT"))["version"]
+    load_model(s3.url(f"registry/{current}/model"), s3.options)
+
+
+def test_the_lock_on_s3_is_a_conditional_put_exactly_one_of_many_racers_wins(s3):
+    fs, path = resolve(s3.url("locks/race/LOCK"), s3.options)
+    barrier, winners, errors = threading.Barrier(8), [], []
+
+    def race(i: int) -> None:
+        lock = RegistryLock(fs, path, stale_after=None)
+        barrier.wait()
+        try:
+            lock.acquire()
+            winners.append(lock)
+        except LockHeld:
+            pass
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(winners) == 1
+    winners[0].release()
+    assert not fs.exists(path)
+
+
+def test_two_runs_breaking_the_same_stale_s3_lock_cannot_both_take_over(s3):
+    fs, path = resolve(s3.url("locks/stale/LOCK"), s3.options)
+    fs.pipe_file(path, json.dumps({"token": "dead", "host": "elsewhere", "pid": 1, "created_ts": 0}).encode())
+    barrier, winners = threading.Barrier(4), []
+
+    def race() -> None:
+        lock = RegistryLock(fs, path, stale_after=3600)
+        barrier.wait()
+        try:
+            lock.acquire()
+            winners.append(lock)
+        except LockHeld:
+            pass
+
+    threads = [threading.Thread(target=race) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) <= 1
+    holder = json.loads(fs.cat_file(path)) if fs.exists(path) else None
+    assert holder is None or [w.token for w in winners] == [holder["token"]]
+    assert not fs.exists(path + ".break")
+
+
+# ------------------------------------------------------------------ secrets
+def test_no_secret_in_any_file_the_runs_wrote_nor_in_their_output(s3, local):
+    fs = s3.filesystem()
+    objects = fs.find(s3.bucket)
+    assert len(objects) > 50
+    leaks = [p for p in objects if s3.secret.encode() in fs.cat_file(p) or s3.key.encode() in fs.cat_file(p)]
+    leaks += [str(p) for p in local.rglob("*") if p.is_file()
+              and (s3.secret.encode() in p.read_bytes() or s3.key.encode() in p.read_bytes())]
+    leaks += [text for text in OUTPUTS if s3.secret in text or s3.key in text]
+    assert not leaks
