@@ -32,7 +32,7 @@ def problems(tmp_path: Path, job, overrides=()) -> list[str]:
 @pytest.mark.parametrize("path", CONF, ids=lambda p: p.name)
 def test_every_bundled_job_file_validates(path):
     job = load_job(str(path))
-    NonDecomposableClassifier(**job.estimator_params())._sgd_setup(16)  # the estimator accepts them too
+    NonDecomposableClassifier(**job.estimator_params()).config()  # the estimator accepts them too
     assert job.output.dir
 
 
@@ -56,7 +56,8 @@ def test_estimator_params_map_sections(tmp_path):
 def test_unknown_key_names_it_and_suggests_the_nearest(tmp_path):
     (line,) = problems(tmp_path, {**MINIMAL, "solver": {"etta": 2}})
     assert line.endswith(("job.yaml: solver.etta: unknown key; did you mean 'eta'? (valid keys: name, surrogate, "
-                          "eta, buffer_size, n_passes, radius, average, shuffle, random_state, fit_intercept, "
+                          "eta, buffer_size, n_passes, max_passes, validation_fraction, validation_max_rows, "
+                          "n_iter_no_change, radius, average, shuffle, random_state, fit_intercept, "
                           "alpha, max_iter, tol)"))
     (line,) = problems(tmp_path, {**MINIMAL, "solvr": {}})
     assert "solvr: unknown key; did you mean 'solver'?" in line
