@@ -151,7 +151,9 @@ def _exists(url: str, storage_options: dict) -> bool:
 
 
 def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of a dataset in partition order, in memory: ``(X, y)``; at most ``max_rows`` of them."""
+    """The rows of a dataset in partition order, in memory: ``(X, y)``; at most ``max_rows`` of them.
+
+    ``X`` is a ``scipy.sparse.csr_matrix`` for a sparse dataset, else an ndarray."""
     limit = ds.num_rows if max_rows is None else max_rows
     X, y, n = [], [], 0
     for part in ds.partitions:
@@ -161,6 +163,10 @@ def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.
         X.append(Xp[:limit - n])
         y.append(yp[:limit - n])
         n += y[-1].shape[0]
+    if ds.is_sparse:
+        import scipy.sparse as sp
+
+        return sp.vstack(X, format="csr"), np.concatenate(y)
     return np.concatenate(X), np.concatenate(y)
 
 
@@ -260,6 +266,10 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
                  keep: Sequence[str] = (), threshold: float = 0.0) -> int:
     """Score every row of a Parquet or CSV input and write ``score`` and ``prediction`` to ``dst``.
 
+    Sparse inputs -- an svmlight/LIBSVM file or a Parquet dataset in the sparse
+    layout -- are scored as CSR rows by :func:`nsdist.data.scoring.score_sparse`
+    (the label, and ``keep`` columns of a Parquet input, are copied).
+
     The input's columns must be the model's features plus the label column
     (optional) and the ``keep`` columns, which are copied to the output.  The
     input is read in record batches; the output (Parquet or CSV by its
@@ -279,6 +289,12 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
     fs, path = fsspec.core.url_to_fs(src)
     if not fs.exists(path):
         raise FileNotFoundError(2, "No such file or directory", src)
+    from .data.scoring import score_sparse, sparse_input_format
+
+    if sparse_input_format(src):   # svmlight text or a sparse Parquet dataset: CSR rows
+        table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold)
+        atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)))
+        return table.num_rows
     data = pads.dataset(path, filesystem=fs, format=_table_format(src))
     names = data.schema.names
     absent = [c for c in keep if c not in names]

@@ -304,3 +304,37 @@ def test_evaluate_sparse_equals_dense(tmp_path, dask_client, shared_data):
     a = evaluate_dataset(dask_client, sparse_ds, w, 0.1)
     b = evaluate_dataset(dask_client, dense_ds, w, 0.1)
     assert a == pytest.approx(b, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- predict
+
+
+def test_predict_scores_svmlight_files_and_sparse_datasets(tmp_path, dask_client):
+    from nsdist.run import predict_file
+
+    src = tmp_path / "small.svm"
+    src.write_text(SVMLIGHT)
+    coef = RNG.normal(size=1000)
+    model = LinearModel(coef=coef, intercept=0.1, measure="prec@k")
+    n = predict_file(model, str(src), str(tmp_path / "scores.parquet"))
+    out = pq.read_table(tmp_path / "scores.parquet")
+    rows = _svmlight_rows(SVMLIGHT)
+    expected = [sum(coef[i - 1] * v for i, v in pairs) + 0.1 for _, pairs in rows]
+    assert n == 5 and out.column_names == ["label", "score", "prediction"]
+    assert out.column("label").to_pylist() == [y for y, _ in rows]
+    np.testing.assert_allclose(out.column("score").to_numpy(), expected, rtol=1e-12)
+    np.testing.assert_array_equal(out.column("prediction").to_numpy(), np.where(np.array(expected) > 0, 1, -1))
+
+    ds = ingest(src, tmp_path / "ds", layout="sparse", shuffle=False, n_features=1000, client=dask_client)
+    assert predict_file(model, ds.url, str(tmp_path / "scores.csv")) == 5
+    csv_scores = np.loadtxt(tmp_path / "scores.csv", delimiter=",", skiprows=1, usecols=1)
+    np.testing.assert_allclose(csv_scores, expected, rtol=1e-9)
+
+    narrow = LinearModel(coef=np.ones(10), intercept=0.0, measure="auc")
+    with pytest.raises(ValueError, match="small.svm: line 2: feature index 1000 exceeds n_features = 10"):
+        predict_file(narrow, str(src), str(tmp_path / "x.parquet"))
+    with pytest.raises(ValueError, match="has 1000 features, the model expects 10"):
+        predict_file(narrow, ds.url, str(tmp_path / "x.parquet"))
+    with pytest.raises(ValueError, match="--keep column"):
+        predict_file(model, ds.url, str(tmp_path / "x.parquet"), keep=["id"])
+    assert not (tmp_path / "x.parquet").exists()

@@ -1,7 +1,7 @@
 """Data layer: Parquet datasets, text readers and ingest (SPEC §5).
 
-May import numpy, pyarrow, fsspec, dask, distributed and ``nsdist._validation``
-only (not the solvers, engine or API).
+May import numpy, scipy, pyarrow, fsspec, dask, distributed, ``nsdist._validation``
+and ``nsdist._names`` only (not the solvers, engine or API).
 """
 from nsdist.data.dataset import Dataset, PartitionInfo
 from nsdist.data.fs import DataNotFoundError
