@@ -20,6 +20,7 @@ from nsdist.data import Dataset, ingest
 from nsdist.data.layout import choose_layout
 from nsdist.engine.evaluate import evaluate_dataset
 from nsdist.engine.scaling import Scaling, feature_scaling
+from nsdist.engine.scores import evaluate_sparse_input
 from nsdist.losses.base import weight_gradient
 from nsdist.model import LinearModel, load_model
 
@@ -304,6 +305,12 @@ def test_evaluate_sparse_equals_dense(tmp_path, dask_client, shared_data):
     a = evaluate_dataset(dask_client, sparse_ds, w, 0.1)
     b = evaluate_dataset(dask_client, dense_ds, w, 0.1)
     assert a == pytest.approx(b, rel=1e-12)
+    # the svmlight file itself, scored in process as CSR: the same measures
+    model = LinearModel(coef=w, intercept=0.1, measure="pauc")
+    c = evaluate_sparse_input(model, str(src))
+    assert c == pytest.approx(a, rel=1e-12)
+    assert evaluate_sparse_input(model, sparse_ds.url, beta=0.05, k=100) == pytest.approx(
+        evaluate_dataset(dask_client, sparse_ds, w, 0.1, beta=0.05, k=100), rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- predict

@@ -1,0 +1,62 @@
+"""Evaluating a model on an svmlight file (or any sparse input) without ingesting it.
+
+An svmlight file is not a Parquet dataset, so :func:`~nsdist.engine.evaluate.evaluate_dataset`
+cannot stream it through the cluster.  Its rows are scored here in the calling
+process, chunk by chunk, as CSR (:func:`nsdist.data.scoring.sparse_rows`: nothing is
+densified, only the ``n`` scores and labels are kept), and every SPEC §2 measure is
+computed exactly by :mod:`nsdist.metrics` -- the same values, ties included, that
+:func:`~nsdist.engine.evaluate.evaluate_dataset` gives on the ingested dataset.
+
+``nsdist.evaluate(model, "test.svm")`` can use :func:`evaluate_sparse_input` when
+:func:`nsdist.data.scoring.sparse_input_format` says ``"svmlight"``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import metrics
+from .._validation import check_beta, resolve_k
+from ..data.scoring import sparse_rows
+
+__all__ = ["evaluate_scores", "evaluate_sparse_input"]
+
+
+def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int | float | None = None,
+                    threshold: float = 0.0, where: str = "the data") -> dict:
+    """The dict of :func:`~nsdist.engine.evaluate.evaluate_dataset` from labels and scores in memory.
+
+    Raises
+    ------
+    ValueError
+        If a class is absent (naming ``where``).
+    """
+    beta = check_beta(beta)
+    y = np.asarray(y)
+    s = np.asarray(s, dtype=np.float64)
+    n, n_pos = y.shape[0], int(np.count_nonzero(y > 0))
+    if n_pos in (0, n):
+        raise ValueError(f"{where} has no {'positive' if n_pos == 0 else 'negative'} rows; the measures "
+                         "need both classes")
+    K = resolve_k(n_pos / n if k is None else k, n)
+    return {"auc": metrics.auc(y, s), "partial_auc": metrics.partial_auc(y, s, beta),
+            "precision_at_k": metrics.precision_at_k(y, s, K), "prbep": metrics.prbep(y, s),
+            "f1_score": metrics.f1_score(y, s, threshold),
+            "n_rows": int(n), "n_positives": n_pos, "beta": beta, "k": int(K)}
+
+
+def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
+                          threshold: float = 0.0, label_column: str = "label",
+                          storage_options: Mapping[str, Any] | None = None) -> dict:
+    """Every measure of ``model`` (a :class:`~nsdist.model.LinearModel`) on an svmlight file or a
+    sparse Parquet dataset, scored in this process as CSR."""
+    ys, ss = [], []
+    for copied, X in sparse_rows(src, model.n_features, label_column=label_column,
+                                 storage_options=storage_options):
+        ys.append(copied.column(label_column).to_numpy())
+        ss.append(model.decision_function(X) if X.shape[0] else np.zeros(0))
+    y = np.concatenate(ys) if ys else np.zeros(0, np.int8)
+    s = np.concatenate(ss) if ss else np.zeros(0)
+    return evaluate_scores(y, s, beta=beta, k=k, threshold=threshold, where=src)
