@@ -3,6 +3,7 @@ malformed rows, scale-only standardisation, wide models, the gradient on CSR."""
 from __future__ import annotations
 
 import json
+import pickle
 import lzma
 import re
 import time
@@ -196,30 +197,31 @@ def test_sparse_metadata_name_range_and_its_checks(tmp_path):
 def test_scale_only_standardisation_of_sparse_data(tmp_path, dask_client):
     X = sp.random(400, 30, density=0.1, format="csr", random_state=3, dtype=np.float64)
     X.data = np.round(X.data * 10, 2)
+    X = sp.hstack([X, sp.csr_matrix((400, 2))], format="csr")      # two features never present
     y = np.where(RNG.random(400) < 0.2, 1, -1)
     for k, rows in enumerate((slice(0, 150), slice(150, 400))):
         part = X[rows]
         _sparse_file(tmp_path / f"part-{k}.parquet",
                      [part.indices[part.indptr[r]:part.indptr[r + 1]].tolist() for r in range(part.shape[0])],
                      [part.data[part.indptr[r]:part.indptr[r + 1]].tolist() for r in range(part.shape[0])],
-                     y[rows], n_features=30)
+                     y[rows], n_features=32)
     ds = Dataset.open(tmp_path)
     scaling = feature_scaling(dask_client, ds)
     reference = StandardScaler(with_mean=False).fit(X)
-    assert not scaling.centered and not scaling.mean.any()
+    assert not scaling.centered and not scaling.mean.any() and scaling.scale[-2:].tolist() == [1.0, 1.0]
     np.testing.assert_allclose(scaling.scale, reference.scale_, rtol=1e-12)
     block, _ = ds.read_partition(1)
     nnz = block.nnz
     scaled = scaling.apply(block)
     assert sp.issparse(scaled) and scaled.nnz == nnz
     np.testing.assert_allclose(scaled.toarray(), reference.transform(X[150:400]).toarray(), rtol=1e-12)
-    w, b = RNG.normal(size=30), 0.3
+    w, b = RNG.normal(size=32), 0.3
     coef, intercept = scaling.fold(w, b)
     np.testing.assert_allclose(X @ coef + intercept, reference.transform(X) @ w + b, rtol=1e-10)
     with pytest.raises(ValueError, match="centring would densify"):
         feature_scaling(dask_client, ds, center=True)
     with pytest.raises(ValueError, match="cannot centre a sparse matrix"):
-        Scaling(mean=np.ones(30), scale=np.ones(30)).apply(X.copy())
+        Scaling(mean=np.ones(32), scale=np.ones(32)).apply(X.copy())
 
 
 def test_weight_gradient_on_csr_and_a_population():
@@ -345,3 +347,22 @@ def test_predict_scores_svmlight_files_and_sparse_datasets(tmp_path, dask_client
     with pytest.raises(ValueError, match="--keep column"):
         predict_file(model, ds.url, str(tmp_path / "x.parquet"), keep=["id"])
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_a_million_feature_svmlight_file_ingests_sparse(tmp_path, dask_client):
+    d, n = 2**22, 3000
+    cols = [np.sort(RNG.choice(d, size=20, replace=False)) for _ in range(n)]
+    labels = np.where(RNG.random(n) < 0.05, 1, -1)
+    lines = [f"{y} " + " ".join(f"{j + 1}:{v:.3g}" for j, v in zip(c, RNG.random(20) + 0.5))
+             for y, c in zip(labels, cols)]
+    (tmp_path / "wide.svm").write_text("\n".join(lines) + "\n")
+    start = time.perf_counter()
+    ds = ingest(tmp_path / "wide.svm", tmp_path / "ds", n_features=d, client=dask_client)
+    assert time.perf_counter() - start < 60
+    assert ds.is_sparse and ds.n_features == d and ds.num_rows == n
+    sidecar = json.loads((tmp_path / "ds" / "_nsdist.json").read_text())
+    assert sidecar["layout"] == "sparse" and sidecar["ingest"]["nnz"] == 20 * n
+    assert len(json.dumps(sidecar)) < 10_000                  # no per-feature list anywhere
+    X, y = ds.read_partition(0)
+    assert X.shape == (n, d) and X.nnz == 20 * n and sorted(y.tolist()) == sorted(labels.tolist())
+    assert len(pickle.dumps(ds)) < 10_000                     # cheap to send to every Dask task

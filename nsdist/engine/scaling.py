@@ -34,7 +34,7 @@ from distributed import Client
 
 from ..data import Dataset
 
-__all__ = ["Scaling", "feature_scaling"]
+__all__ = ["Scaling", "feature_scaling", "scaling_from_rows", "row_moments"]
 
 
 @dataclass(frozen=True)
@@ -96,15 +96,35 @@ class Scaling:
 def _moments(dataset: Dataset, partition: int) -> tuple[int, np.ndarray, np.ndarray]:
     """Row count, mean and sum of squared deviations of every feature in one partition."""
     X, _ = dataset.read_partition(partition, dtype=np.float64)
+    return row_moments(X)
+
+
+def scaling_from_rows(X, *, center: bool | None = None) -> Scaling:
+    """The :class:`Scaling` of in-memory rows (a sample, or a whole training set).
+
+    ``center`` defaults to not ``sparse``, as :func:`feature_scaling`.  Any
+    scaling is a valid preconditioner -- the trained model is folded back
+    exactly -- so moments taken on a sample of the rows serve as well as the
+    whole dataset's.
+    """
+    center = not sp.issparse(X) if center is None else center
+    n, mean, m2 = row_moments(X.astype(np.float64))
+    std = np.sqrt(m2 / max(n, 1))
+    scale = np.where(std > 0, std, 1.0)
+    return Scaling(mean=mean if center else np.zeros_like(mean), scale=scale, centered=center)
+
+
+def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
+    """Row count, mean and sum of squared deviations of every column of ``X`` (dense or sparse)."""
     n = X.shape[0]
     if sp.issparse(X):
-        X = X.tocsc()
-        mean = np.asarray(X.sum(axis=0)).ravel() / n
+        d = X.shape[1]
+        col = X.indices
+        mean = np.bincount(col, weights=X.data, minlength=d) / n
+        stored = np.bincount(col, minlength=d)
         # stored entries about the mean, plus the implicit zeros, each (0 - mean)^2
-        dev = X.data - np.repeat(mean, np.diff(X.indptr))
-        m2 = np.add.reduceat(dev ** 2, X.indptr[:-1]) if X.nnz else np.zeros(X.shape[1])
-        m2[np.diff(X.indptr) == 0] = 0.0
-        m2 += (n - np.diff(X.indptr)) * mean ** 2
+        m2 = np.bincount(col, weights=(X.data - mean[col]) ** 2, minlength=d)
+        m2 += (n - stored) * mean ** 2
         return n, mean, m2
     mean = X.mean(axis=0)
     return n, mean, ((X - mean) ** 2).sum(axis=0)
