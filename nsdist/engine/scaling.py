@@ -118,9 +118,10 @@ def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
     """Row count, mean and sum of squared deviations of every column of ``X`` (dense or sparse)."""
     n = X.shape[0]
     if sp.issparse(X):
+        X = X.tocsr()                           # CSR: ``indices`` are the columns
         d = X.shape[1]
         col = X.indices
-        mean = np.bincount(col, weights=X.data, minlength=d) / n
+        mean = np.bincount(col, weights=X.data, minlength=d) / max(n, 1)
         stored = np.bincount(col, minlength=d)
         # stored entries about the mean, plus the implicit zeros, each (0 - mean)^2
         m2 = np.bincount(col, weights=(X.data - mean[col]) ** 2, minlength=d)
