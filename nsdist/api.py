@@ -18,15 +18,15 @@ from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect
-from .engine.evaluate import cut_intercept_dataset, evaluate_dataset
-from .engine.holdout import class_counts, gather_validation, plan_holdout
+from .engine.evaluate import evaluate_dataset
+from .engine.holdout import class_counts, gather_validation, plan_holdout, read_sample, sample_partitions
 from .engine.reservoir import sample_reservoir
-from .engine.scaling import Scaling, feature_scaling
+from .engine.scaling import scaling_from_rows
 from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
 from .solvers.config import TrainConfig
 from .solvers.kernel import SGDState
-from .solvers.measure import get_measure
+from .solvers.measure import cut_intercept, get_measure
 from .solvers.plan import schedule
 from .solvers.select import Selection
 from .solvers.sgd import drive
@@ -50,7 +50,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
           checkpoint_options: dict | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
-          on_step: Callable[[ChainProgress], None] | None = None, dtype: str = "float64",
+          on_step: Callable[[ChainProgress], None] | None = None, dtype: str | None = None,
           init_model: LinearModel | None = None, standardize: bool = True, **params) -> LinearModel:
     """Train on a Parquet dataset, streaming its partitions through Dask.
 
@@ -87,11 +87,15 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         must match the dataset's.
     standardize : bool, default True
         Scale every feature on the fly (dense: zero mean and unit variance;
-        sparse: unit variance, no centring), from one pass of moments; the
-        returned model is folded back onto the raw features.
-    dtype : {"float64", "float32"}
-        Precision of the feature buffers on the workers (float32 halves memory
-        and bandwidth; the estimator on float32 arrays gives the same model).
+        sparse: unit variance, no centring), with moments taken on the
+        validation rows (or the sample of a run without them); the returned
+        model is folded back onto the raw features.  Any scaling is a valid
+        preconditioner, so sample moments cost no accuracy and no extra pass.
+    dtype : {"float64", "float32"}, default None
+        Precision of the feature buffers on the workers; None: the files'
+        own (float32 files train in float32 -- half the memory and bandwidth --
+        others in float64).  The estimator on arrays of that dtype gives the
+        same model; the model itself is always float64.
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
@@ -113,19 +117,17 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         if not cfg.streaming:
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
         init_model.check_features(ds.feature_names, where=f"dataset {ds.url}")
+    dtype = ds.native_dtype if dtype is None else dtype
     phases: dict[str, float] = {}
     with connect(client) as c:
         t = time.perf_counter()
         counts = class_counts(c, ds)
         phases["class_check"] = time.perf_counter() - t
-        t = time.perf_counter()
-        scaling = feature_scaling(c, ds) if standardize else None
-        phases["moments"] = time.perf_counter() - t
         if not cfg.streaming:
-            model = _train_in_memory(cfg, ds, scaling)
+            model = _train_in_memory(cfg, ds, standardize)
         else:
-            model = _stream(c, ds, cfg, counts, scaling, dtype=dtype, init_model=init_model, prefetch=prefetch,
-                            checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+            model = _stream(c, ds, cfg, counts, standardize=standardize, dtype=dtype, init_model=init_model,
+                            prefetch=prefetch, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                             checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
                             on_step=on_step, phases=phases,
                             storage_options=storage_options if checkpoint_options is None else checkpoint_options)
@@ -133,23 +135,35 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     return model
 
 
-def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], scaling: Scaling | None, *, dtype: str,
+def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standardize: bool, dtype: str,
             init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, on_step,
             phases: dict, storage_options) -> LinearModel:
-    """1PMB / 2PMB over the partition chain: holdout, reservoir, segments and checks, checkpoints, the cut."""
+    """1PMB / 2PMB over the partition chain: holdout or sample, reservoir, segments and checks, the cut.
+
+    No phase but the chain reads the whole dataset: the class check and the
+    holdout read the label column, the validation rows (or, for a run without
+    one, a sample of whole partitions) give the standardisation moments, the
+    step scale and the ranking cut.
+    """
     t = time.perf_counter()
-    holdout = None
+    holdout, sample, val = None, None, None
     if validation is not None:
-        Xv = np.asarray(validation[0], dtype=dtype).copy()
-        val = (Xv if scaling is None else scaling.apply(Xv), np.where(np.asarray(validation[1]) > 0, 1, -1))
+        val = (np.asarray(validation[0], dtype=dtype).copy(), np.where(np.asarray(validation[1]) > 0, 1, -1))
     elif cfg.selects and cfg.validation_fraction > 0:
         holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
                                max_rows=cfg.validation_max_rows)
-        val = gather_validation(c, ds, holdout, dtype=dtype, scaling=scaling)
+        val = gather_validation(c, ds, holdout, dtype=dtype)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
     else:
-        val = None
+        parts = sample_partitions(ds, cfg.random_state, cfg.validation_max_rows)
+        sample = read_sample(c, ds, parts, dtype=dtype)
+        log.info("sample: %d rows of %d partition(s) for the moments and the cut", sample[1].shape[0], len(parts))
     phases["validation_sample"] = time.perf_counter() - t
+    scaling = None
+    if standardize:
+        scaling = scaling_from_rows((val if val is not None else sample)[0])
+        if val is not None:
+            val = (scaling.apply(val[0].copy()), val[1])
     n_val = 0 if val is None else val[0].shape[0]
     cfg = cfg.resolve(n_features=ds.n_features, n_rows=ds.num_rows - (holdout.n_rows if holdout else 0),
                       mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val)
@@ -239,7 +253,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], scaling: 
         w, b = raw(*state.model(0, cfg.average))
         if not get_measure(cfg.measure).thresholded and cfg.fit_intercept:   # a ranking model's cut
             k = cfg.k if cfg.train_k is None else cfg.train_k
-            b = cut_intercept_dataset(c, ds, w, cfg.measure, k=k, dtype=dtype)
+            Xs, ys = sample
+            b = cut_intercept(cfg.measure, ys, np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
         elif not cfg.fit_intercept:
             b = 0.0
     phases["cut"] = time.perf_counter() - t
@@ -265,11 +280,12 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], scaling: 
                        feature_names=list(ds.feature_names), dataset_fingerprint=ds.fingerprint, history=history)
 
 
-def _train_in_memory(cfg: TrainConfig, ds: Dataset, scaling: Scaling | None) -> LinearModel:
+def _train_in_memory(cfg: TrainConfig, ds: Dataset, standardize: bool) -> LinearModel:
     """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver."""
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
+    scaling = scaling_from_rows(X) if standardize else None
     if scaling is not None:
         X = scaling.apply(X)
     t0 = time.perf_counter()

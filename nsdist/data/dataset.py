@@ -152,13 +152,23 @@ class Dataset:
         stored = sidecar or {k: v for k, v in stored.items() if k not in _WHOLE_DATASET_COUNTS}
         derived = {"layout": schema.layout, "label_column": schema.label,
                    "feature_names": names_to_json(schema.names), "n_features": schema.n_features,
-                   "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint}
+                   "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint,
+                   "feature_dtype": _native_dtype(footers[0][1], schema)}
         return cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
 
     @property
     def n_features(self) -> int:
         """Number of features ``d``."""
         return self.schema.n_features
+
+    @property
+    def native_dtype(self) -> str:
+        """``"float32"`` when every feature is stored in 32 bits or fewer, else ``"float64"``.
+
+        Training buffers follow it by default: float32 files train in float32
+        (half the bytes, no conversion); the model itself is always float64.
+        """
+        return self.metadata.get("feature_dtype", "float64")
 
     @property
     def feature_names(self) -> list[str] | NameRange:
@@ -263,6 +273,19 @@ class Dataset:
             raise ValueError(f"{where}: has {table.num_rows} rows but had {info.num_rows} when the "
                              "dataset was opened; open it again")
         return table, where
+
+
+def _native_dtype(arrow: pa.Schema, schema: FeatureSchema) -> str:
+    """The float width that holds every feature column of ``arrow`` exactly (see ``Dataset.native_dtype``)."""
+    narrow = (pa.float16(), pa.float32(), pa.int8(), pa.uint8(), pa.int16(), pa.uint16(), pa.bool_())
+    names = [name for name, _ in schema.columns if schema.layout != "sparse" or name == "values"]
+    for name in names:
+        t = arrow.field(name).type
+        while pa.types.is_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        if t not in narrow:
+            return "float64"
+    return "float32"
 
 
 def _is_data_file(path: str, root: str) -> bool:

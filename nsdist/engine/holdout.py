@@ -9,6 +9,12 @@ validation rows' features:
    per class; merged, they fix the cuts of :class:`~nsdist.solvers.plan.Holdout`
    -- exactly the holdout :meth:`Holdout.draw` computes on the same rows in memory;
 3. the validation rows themselves, gathered on the driver in file order.
+
+A run without a holdout (``eta`` and ``n_passes`` set) reads a *sample* instead:
+whole partitions, drawn by seed, up to ``max_rows`` rows, in file order
+(:func:`sample_partitions`).  It gives the standardisation moments and the
+place of a ranking model's cut without a pass over the whole dataset; on a
+dataset of at most ``max_rows`` rows it is the whole dataset, and both are exact.
 """
 from __future__ import annotations
 
@@ -18,9 +24,8 @@ from distributed import Client
 from ..data import Dataset
 from ..solvers.order import holdout_keys
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
-from .scaling import Scaling
 
-__all__ = ["class_counts", "plan_holdout", "gather_validation"]
+__all__ = ["class_counts", "plan_holdout", "gather_validation", "sample_partitions", "read_sample"]
 
 
 def _counts(dataset: Dataset, partition: int) -> tuple[int, int]:
@@ -60,22 +65,45 @@ def plan_holdout(client: Client, dataset: Dataset, counts: tuple[int, int], *, r
     return Holdout.from_keys(random_state, pos, neg, v_pos, v_neg)
 
 
-def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: str, scaling: Scaling | None):
+def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: str):
     X, y = dataset.read_partition(partition, dtype=dtype)
     ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
     rows = np.flatnonzero(holdout.mask(y, ids))
-    X, y = X[rows], y[rows]
-    if scaling is not None:
-        X = scaling.apply(X)
-    return X, y
+    return X[rows], y[rows]
 
 
-def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str,
-                      scaling: Scaling | None):
-    """The validation rows (scaled like the training blocks), in file order, on the driver."""
+def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str):
+    """The validation rows (raw features), in file order, on the driver."""
     parts = client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
-                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype,
-                                     scaling=scaling, pure=False))
+                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype, pure=False))
+    Xs = [p[0] for p in parts]
+    if any(hasattr(x, "tocsr") for x in Xs):
+        import scipy.sparse as sp
+        X = sp.vstack(Xs, format="csr")
+    else:
+        X = np.concatenate(Xs)
+    return X, np.concatenate([p[1] for p in parts])
+
+
+def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> list[int]:
+    """Partitions drawn by seed until they hold ``max_rows`` rows (all of them if fewer), in file order."""
+    order = np.random.default_rng([random_state, 0x5A3D1E]).permutation(len(dataset.partitions))
+    chosen, rows = [], 0
+    for j in order:
+        if rows >= max_rows:
+            break
+        chosen.append(int(j))
+        rows += dataset.partitions[j].num_rows
+    return sorted(chosen)
+
+
+def _read(dataset: Dataset, partition: int, dtype: str):
+    return dataset.read_partition(partition, dtype=dtype)
+
+
+def read_sample(client: Client, dataset: Dataset, partitions: list[int], *, dtype: str):
+    """The raw rows of ``partitions`` on the driver, concatenated in the given order."""
+    parts = client.gather(client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype, pure=False))
     Xs = [p[0] for p in parts]
     if any(hasattr(x, "tocsr") for x in Xs):
         import scipy.sparse as sp
