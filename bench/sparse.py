@@ -108,9 +108,10 @@ def generate_text_like(root: str | os.PathLike, *, n_rows: int = TEXT_DEFAULTS["
     Deterministic for the arguments.  Files are written once; a finished directory
     (``_generated.json`` present, same arguments) is reused unless ``overwrite``.
     Returns the description stored in ``_generated.json`` (``true_weights`` file
-    ``_true_weights.npz``: ``indices``, ``values``, ``threshold``).
+    ``_true_weights.npz``: ``indices``, ``values``, ``threshold``; ``seconds`` it took).
     """
     root = Path(root)
+    started = time.perf_counter()
     args = dict(n_rows=n_rows, n_files=n_files, n_features=n_features, nnz_per_row=nnz_per_row,
                 zipf_s=zipf_s, positive_rate=positive_rate, n_informative=n_informative, noise=noise, seed=seed)
     done = root / "_generated.json"
@@ -170,7 +171,7 @@ def generate_text_like(root: str | os.PathLike, *, n_rows: int = TEXT_DEFAULTS["
         positives += int((y > 0).sum())
     info = {"args": args, "num_rows": n_rows, "nnz": nnz_total, "nnz_per_row": nnz_total / n_rows,
             "positives": positives, "positive_rate": positives / n_rows, "threshold": threshold,
-            "draws_per_row": float(draws),
+            "draws_per_row": float(draws), "seconds": time.perf_counter() - started,
             "true_weights": "_true_weights.npz"}
     done.write_text(json.dumps(info, indent=1, sort_keys=True))
     return info
@@ -209,6 +210,15 @@ def _bytes(ds: Dataset) -> int:
     return int(sum(p.size for p in ds.partitions))
 
 
+def _memory_bytes(ds: Dataset) -> int:
+    """Bytes of the matrices ``read_partition`` returns (ndarray, or CSR data + indices + indptr)."""
+    total = 0
+    for i in range(len(ds.partitions)):
+        X, _ = ds.read_partition(i)
+        total += X.nbytes if isinstance(X, np.ndarray) else X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    return int(total)
+
+
 def libsvm(work: Path, repeats: int) -> list[dict]:
     rows = []
     for name in ("w8a", "a9a"):
@@ -226,7 +236,7 @@ def libsvm(work: Path, repeats: int) -> list[dict]:
             seconds = time.perf_counter() - start
             row = {"data": name, "layout": layout, "rows": ds.num_rows, "features": ds.n_features,
                    "nnz": ds.metadata["ingest"]["nnz"], "partitions": len(ds.partitions),
-                   "bytes": _bytes(ds), "svmlight_bytes": text_bytes, "xz_bytes": src.stat().st_size,
+                   "bytes": _bytes(ds), "memory_bytes": _memory_bytes(ds), "svmlight_bytes": text_bytes, "xz_bytes": src.stat().st_size,
                    "ingest_seconds": seconds, **_read_speeds(ds, repeats)}
             rows.append(row)
             print(json.dumps(row))
@@ -234,12 +244,10 @@ def libsvm(work: Path, repeats: int) -> list[dict]:
 
 
 def text_like(work: Path, n_rows: int, n_files: int, repeats: int) -> dict:
-    start = time.perf_counter()
     info = generate_text_like(work / "text", n_rows=n_rows, n_files=n_files)
-    seconds = time.perf_counter() - start
     ds = Dataset.open(work / "text")
     X, _ = ds.read_partition(0)
-    out = {**info, "generate_seconds": seconds, "files": len(ds.partitions), "bytes": _bytes(ds),
+    out = {**info, "generate_seconds": info["seconds"], "files": len(ds.partitions), "bytes": _bytes(ds),
            "dense_float32_bytes_estimate": n_rows * info["args"]["n_features"] * 4,
            "csr_bytes_partition0": int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes),
            **_read_speeds(ds, repeats)}
@@ -260,17 +268,20 @@ def wide_model(work: Path, repeats: int) -> dict:
 
 
 def markdown(raw: dict) -> str:
-    lines = [f"Machine: {raw['machine']}, {raw['cpu_count']} cores; reads sequential in one process, "
-             f"median of {raw['repeats']} runs after a warm-up.", ""]
+    lines = [f"Machine: {raw['machine']}, {raw['cpu_count']} cores, shared (1-minute load average "
+             f"{raw['load_average'][0]:.1f} at the start, {raw['load_average'][1]:.1f} at the end: absolute "
+             "rates are lower than on an idle machine, ratios between layouts hold); reads sequential in one "
+             f"process, median of {raw['repeats']} runs after a warm-up.", ""]
     if raw["libsvm"]:
         lines += ["## LIBSVM w8a and a9a, both layouts", "",
                   "| data | layout | rows | d | nnz/row | files | bytes on disk | vs svmlight text | "
-                  "pyarrow scan rows/s | read_partition rows/s |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "bytes in memory (float64) | pyarrow scan rows/s | read_partition rows/s |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in raw["libsvm"]:
             lines.append(f"| {r['data']} | {r['layout']} | {r['rows']:,} | {r['features']} | "
                          f"{r['nnz'] / r['rows']:.1f} | {r['partitions']} | {r['bytes']:,} | "
-                         f"{r['bytes'] / r['svmlight_bytes']:.2f}x | {r['pyarrow_scan_rows_per_s']:,.0f} | "
+                         f"{r['bytes'] / r['svmlight_bytes']:.2f}x | {r['memory_bytes']:,} | "
+                         f"{r['pyarrow_scan_rows_per_s']:,.0f} | "
                          f"{r['read_partition_rows_per_s']:,.0f} |")
         lines += ["", "Dense: one float64 column per feature (zstd); sparse: `indices` list<int32> + "
                   "`values` list<float64> (zstd). `read_partition` returns a dense ndarray, resp. a "
@@ -318,10 +329,12 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="nsdist-bench-sparse-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        load_before = os.getloadavg()[0]
         raw = {"machine": f"{platform.processor() or platform.machine()}", "cpu_count": os.cpu_count(),
                "repeats": args.repeats, "libsvm": libsvm(work, args.repeats),
                "text": text_like(work, args.rows, args.files, args.repeats),
                "model": wide_model(work, args.repeats)}
+        raw["load_average"] = [load_before, os.getloadavg()[0]]
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
