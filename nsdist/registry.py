@@ -86,6 +86,7 @@ class Registry:
         return RunDir(f"{self.url}/{version}", self.storage_options)
 
     def _numbers(self) -> dict[int, str]:
+        self.fs.invalidate_cache()     # listings cached by fsspec miss what other runs wrote since
         if not self.fs.isdir(self.root):
             return {}
         names = (posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.root, detail=False))
@@ -108,6 +109,7 @@ class Registry:
     def current(self) -> str | None:
         """The version ``CURRENT`` points to, or None before the first promotion."""
         path = self._path("CURRENT")
+        self.fs.invalidate_cache()
         return self._read_json(path)["version"] if self.fs.isfile(path) else None
 
     def record(self, version: str) -> dict:

@@ -170,6 +170,17 @@ def test_ingest_svmlight_and_csv_to_s3_publish_in_place(s3, cluster, local, opts
     assert keys(fs, f"{s3.bucket}/svm") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(3))]
 
 
+def test_a_failed_ingest_to_s3_leaves_nothing_behind(s3, local, opts):
+    rows = LETTER.read_text().splitlines()[:3000]
+    rows[2500] = rows[2500].replace(",", ",x", 1)             # a bad feature value, found by a worker
+    bad = local / "bad.csv"
+    bad.write_text("\n".join(rows) + "\n")
+    line = nsdist("ingest", bad, s3.url("bad"), "--format", "csv", "--label-column", 0, "--positive", "N",
+                  "--rows-per-partition", 500, "--storage-options", opts, code=1).stderr
+    assert "line 2501" in line, line
+    assert not s3.filesystem().exists(f"{s3.bucket}/bad")
+
+
 def test_an_unfinished_in_place_ingest_is_refused_as_incomplete(s3):
     fs = s3.filesystem()
     fs.pipe_file(f"{s3.bucket}/half/{INCOMPLETE}", b"{}")
@@ -212,7 +223,7 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
     np.testing.assert_allclose(scores.column("score").to_numpy()[:1000], model.decision_function(X))
 
 
-TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 4, "--random-state", 5, "--checkpoint-every", 1,
+TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
          "--no-progress"]
 
 
@@ -251,6 +262,9 @@ def test_driver_environment_credentials_reach_remote_workers(s3, cluster, monkey
     model = load_model(s3.url("runs/embedded/model"))
     result = api.evaluate(model, s3.url("letter"), client=cluster.address)
     assert result["n_rows"] == 20000
+    ds = api.ingest(str(LETTER), s3.url("env-ingest"), format="csv", label_column=0, positive="N",
+                    rows_per_partition=5000, client=cluster.address)       # the workers write the parts
+    assert ds.num_rows == 20000 and len(ds.partitions) == 4
 
 
 def test_a_worker_without_credentials_says_it_was_a_worker_which_url_and_what(s3, cluster):
@@ -304,6 +318,11 @@ def test_two_retrain_cycles_then_two_racing_runs_with_the_registry_on_s3(s3, clu
     assert second["status"] in ("promoted", "refused") and second["version"] == "v0002"
 
     arrive(fs, s3, 4, X[9000:12000], y[9000:12000])
+    held = RegistryLock(*resolve(s3.url("registry/LOCK"), s3.options), stale_after=None)
+    with held:                                         # another run holds the lock: exit 75, nothing written
+        code, locked = finish(retrain())
+    assert (code, locked["status"]) == (75, "locked") and locked["holder"]["token"] == held.token
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{s3.bucket}/registry") if "/v0" in p) == ["v0001", "v0002"]
     racers = [retrain(), retrain()]
     outcomes = [finish(proc) for proc in racers]
     statuses = sorted(summary["status"] for _, summary in outcomes)

@@ -257,7 +257,10 @@ def resolve(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = 
 
     The options are :func:`forwarded_options` of ``storage_options``: the
     filesystem (which Dask pickles, options included, into the tasks that
-    use it) carries everything a worker needs.
+    use it) carries everything a worker needs.  fsspec reuses filesystem
+    instances, and object-store filesystems cache listings: the cache of
+    ``path`` is dropped, so that what other processes wrote since is seen
+    (a registry read again under its lock, partitions that arrived).
 
     Raises
     ------
@@ -276,7 +279,10 @@ def resolve(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = 
     except (ValueError, ImportError, TypeError) as exc:
         raise ValueError(f"cannot open {url!r}: {scrub(str(exc))}") from exc
     register_secrets(getattr(fs, "storage_options", None))   # with fsspec's configuration applied
-    return fs, path.rstrip("/") or path
+    path = path.rstrip("/") or path
+    with contextlib.suppress(Exception):   # fsspec reuses instances: another process may have written since
+        fs.invalidate_cache(path)
+    return fs, path
 
 
 def display(fs: AbstractFileSystem, path: str) -> str:
@@ -437,12 +443,16 @@ def _publish_in_place(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
             manifest = posixpath.join(dst, SIDECAR)
             if manifest in old:
                 fs.rm_file(manifest)
-            fs.rm([p for p in old if p != manifest])
+            if [p for p in old if p != manifest]:
+                fs.rm([p for p in old if p != manifest])
     try:
         yield dst
     except BaseException:
         with contextlib.suppress(Exception):
-            fs.rm([p for p in fs.find(dst) if p != marker])
+            written = [p for p in fs.find(dst) if p != marker]
+            if written:
+                fs.rm(written)
+        with contextlib.suppress(Exception):
             fs.rm_file(marker)
         raise
     with access(fs, dst, "write"):
