@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:                 # `python bench/paper.py` puts ben
 
 from bench import defaults as _defaults  # noqa: E402  (the loaders of bench/defaults.py)
 from nsdist import NonDecomposableClassifier  # noqa: E402
-from nsdist.model import atomic_write_bytes  # noqa: E402
+from nsdist.data.fs import atomic_write_bytes  # noqa: E402
 from nsdist.solvers.cp import cutting_plane, loss_and_grad  # noqa: E402
 from nsdist.solvers.defaults import default_eta  # noqa: E402
 from nsdist.solvers.measure import learns_intercept, make_loss, measure_function  # noqa: E402

@@ -36,7 +36,7 @@ from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
 
 from nsdist import metrics  # noqa: E402
 from nsdist.api import open_dataset, train  # noqa: E402
-from nsdist.model import atomic_write_bytes  # noqa: E402
+from nsdist.data.fs import atomic_write_bytes  # noqa: E402
 
 D = 100
 POS_RATE = 0.01
