@@ -302,7 +302,7 @@ _SECTIONS = ("dataset", "measure", "solver", "cluster", "output")
 
 
 def _is_url(path: str) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
+    return "://" in str(path)
 
 
 def with_storage_options(raw: dict, storage_options: dict | None) -> dict:

@@ -33,7 +33,6 @@ Errors
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import os
@@ -102,8 +101,10 @@ def merge_options(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
                 out[key] = merge_options(out[key], value)
             elif isinstance(value, Mapping):
                 out[key] = merge_options(value)
+            elif isinstance(value, list):
+                out[key] = list(value)
             else:
-                out[key] = copy.deepcopy(value)
+                out[key] = value            # (a session object is passed on as it is)
     return out
 
 
