@@ -45,7 +45,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._connect import connect
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
-from nsdist.data.fs import check_absent, resolve, staging_directory
+from nsdist.data.fs import access, check_absent, resolve, staging_directory
 from nsdist._names import names_to_json
 from nsdist.data.labels import LabelValues
 from nsdist.data.layout import arrow_schema, check_layout, choose_layout, record_batch, row_group_rows
@@ -352,7 +352,7 @@ class _Job:
         if self.options.shuffle:
             batch = batch.take(pa.array(rng(self.options.random_state, 1, c).permutation(len(y))))
         starts = np.concatenate([[0], np.cumsum(counts)])
-        with self.fs.open(self.chunk_path(c), "wb") as f, \
+        with access(self.fs, self.chunk_path(c), "write"), self.fs.open(self.chunk_path(c), "wb") as f, \
                 pa.ipc.new_file(f, self.schema, options=_IPC_OPTIONS) as writer:
             for b in np.flatnonzero(counts):
                 writer.write_batch(batch.slice(starts[b], counts[b]))
@@ -362,7 +362,7 @@ class _Job:
         """Assemble, shuffle and write partition ``b``; returns its sidecar entry."""
         batches = []
         for c, k in slices:
-            with self.fs.open(self.chunk_path(c), "rb") as f:
+            with access(self.fs, self.chunk_path(c), "read"), self.fs.open(self.chunk_path(c), "rb") as f:
                 batches.append(pa.ipc.open_file(f).get_batch(k))
         table = pa.Table.from_batches(batches, self.schema)
         if self.options.shuffle:
@@ -375,7 +375,8 @@ class _Job:
                        row_group_size=row_group_rows(self.options.layout, table.num_rows, nnz))
         data = sink.getvalue()
         name = f"part-{b:05d}.parquet"
-        with self.fs.open(posixpath.join(self.staging, name), "wb") as f:
+        with access(self.fs, posixpath.join(self.staging, name), "write"), \
+                self.fs.open(posixpath.join(self.staging, name), "wb") as f:
             f.write(data)
         return {"path": name, "num_rows": table.num_rows,
                 "positives": int(pc.sum(pc.equal(table.column(_LABEL), 1)).as_py() or 0),
