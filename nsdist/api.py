@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 import numpy as np
+import scipy.sparse as sp
 from dask.base import tokenize
 
 from .data import Dataset, ingest
@@ -21,13 +22,15 @@ from .engine.cluster import connect
 from .engine.evaluate import evaluate_dataset
 from .engine.holdout import class_counts, gather_validation, plan_holdout, read_sample, sample_partitions
 from .engine.reservoir import sample_reservoir
+from .data.scoring import sparse_input_format
 from .engine.scaling import scaling_from_rows
+from .engine.scores import evaluate_sparse_input
 from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
 from .solvers.config import TrainConfig
 from .solvers.kernel import SGDState
 from .solvers.measure import cut_intercept, get_measure
-from .solvers.plan import schedule
+from .solvers.plan import rounds, schedule
 from .solvers.select import Selection
 from .solvers.sgd import drive
 
@@ -51,7 +54,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
           on_step: Callable[[ChainProgress], None] | None = None, dtype: str | None = None,
-          init_model: LinearModel | None = None, standardize: bool = True, **params) -> LinearModel:
+          init_model: LinearModel | None = None, standardize: bool = True, n_chains: int = 1,
+          **params) -> LinearModel:
     """Train on a Parquet dataset, streaming its partitions through Dask.
 
     The model is the one :class:`~nsdist.NonDecomposableClassifier` fits on the
@@ -96,6 +100,12 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         own (float32 files train in float32 -- half the memory and bandwidth --
         others in float64).  The estimator on arrays of that dtype gives the
         same model; the model itself is always float64.
+    n_chains : int, default 1
+        Data-parallel mode: ``K`` chains each take one partition of a round
+        from the same model, and their states are averaged after every round
+        (iterative parameter mixing; ``docs/engine.md`` §Data-parallel).
+        1 is the exact sequence of the paper's solvers.  Deterministic for
+        any ``K`` and any number of workers.
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
@@ -111,6 +121,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         seconds of each phase.
     """
     cfg = TrainConfig.from_params(**params)          # every parameter checked before a cluster starts
+    if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
+        raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
     if init_model is not None:
@@ -126,16 +138,18 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         if not cfg.streaming:
             model = _train_in_memory(cfg, ds, standardize)
         else:
-            model = _stream(c, ds, cfg, counts, standardize=standardize, dtype=dtype, init_model=init_model,
+            model = _stream(c, ds, cfg, counts, standardize=standardize, dtype=dtype, n_chains=n_chains,
+                            init_model=init_model,
                             prefetch=prefetch, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                             checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
                             on_step=on_step, phases=phases,
                             storage_options=storage_options if checkpoint_options is None else checkpoint_options)
-    model.params.update(standardize=standardize, dtype=dtype)
+    model.params.update(standardize=standardize, dtype=dtype, n_chains=n_chains)
     return model
 
 
 def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standardize: bool, dtype: str,
+            n_chains: int,
             init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, on_step,
             phases: dict, storage_options) -> LinearModel:
     """1PMB / 2PMB over the partition chain: holdout or sample, reservoir, segments and checks, the cut.
@@ -173,7 +187,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
     t = time.perf_counter()
     reservoir, stream = None, None
     ck = None
-    job = tokenize(ChainConfig(cfg, holdout, None, dtype, scaling).token(),
+    job = tokenize(ChainConfig(cfg, holdout, None, dtype, scaling, n_chains).token(),
                    None if init_model is None else (init_model.coef, init_model.intercept))
     if resume:
         if not checkpoint:
@@ -189,9 +203,10 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
     if reservoir is not None:
         stream = -reservoir.label
     phases["reservoir"] = time.perf_counter() - t
-    chain_cfg = ChainConfig(cfg, holdout, stream, dtype, scaling)
+    chain_cfg = ChainConfig(cfg, holdout, stream, dtype, scaling, n_chains)
     steps, checks = schedule([p.num_rows for p in ds.partitions], cfg.passes, random_state=cfg.random_state,
                              shuffle=cfg.shuffle, check_rows=cfg.check_rows)
+    round_ends, checks = rounds(steps, checks, len(ds.partitions), n_chains)
     check_set = set(checks)
     M = len(cfg.candidates)
     selecting = cfg.selects and n_val > 0
@@ -212,7 +227,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
         return (w, b) if scaling is None else scaling.fold(w, b)
 
     curve: list[dict] = []
-    chain = PartitionChain(c, ds, chain_cfg, steps, reservoir=reservoir, prefetch=prefetch, elapsed_offset=offset)
+    chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
+                           elapsed_offset=offset)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None
@@ -277,13 +293,13 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
         params.update(eta=win["eta"], surrogate=win.get("surrogate"), selected=win["name"])
         history.update(selection=report, validation_curve=selection.curve, selected=win["name"])
     return LinearModel(coef=w, intercept=b, measure=cfg.measure, params=params,
-                       feature_names=list(ds.feature_names), dataset_fingerprint=ds.fingerprint, history=history)
+                       feature_names=ds.feature_names, dataset_fingerprint=ds.fingerprint, history=history)
 
 
 def _train_in_memory(cfg: TrainConfig, ds: Dataset, standardize: bool) -> LinearModel:
     """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver."""
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
-    X = np.concatenate([b[0] for b in blocks])
+    X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     scaling = scaling_from_rows(X) if standardize else None
     if scaling is not None:
@@ -295,7 +311,7 @@ def _train_in_memory(cfg: TrainConfig, ds: Dataset, standardize: bool) -> Linear
         w, b = scaling.fold(w, b)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
     return LinearModel(coef=w, intercept=b, measure=cfg.measure, params={**cfg.params(), "eta": est.eta_},
-                       feature_names=list(ds.feature_names), dataset_fingerprint=ds.fingerprint, history=history)
+                       feature_names=ds.feature_names, dataset_fingerprint=ds.fingerprint, history=history)
 
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",
@@ -308,10 +324,13 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     """
     if isinstance(model, str):
         model = load_model(model, storage_options)
+    beta = model.params.get("beta") if model.measure in ("pauc",) else None
+    k = model.params.get("k") if model.measure == "prec@k" else None
+    if isinstance(dataset, str) and sparse_input_format(dataset, storage_options) == "svmlight":
+        return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
+                                     label_column=label_column, storage_options=storage_options)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")
-    beta = model.params.get("beta") if model.measure in ("pauc",) else None
-    k = model.params.get("k") if model.measure == "prec@k" else None
     with connect(client) as c:
         return evaluate_dataset(c, ds, model.coef, model.intercept, beta=beta or 0.1, k=k, threshold=threshold)

@@ -32,12 +32,12 @@ from distributed import Client, Future
 
 from ..data import Dataset
 from ..solvers.config import TrainConfig
-from ..solvers.kernel import EPOCH_STATS, SGDState, run_epochs
+from ..solvers.kernel import EPOCH_STATS, SGDState, mix_states, run_epochs
 from ..solvers.plan import Holdout, Step, block_rows
 from .reservoir import Reservoir
 from .scaling import Scaling
 
-__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block"]
+__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block", "mix_round"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -51,12 +51,13 @@ class ChainConfig:
     stream_label: int | None = None
     dtype: str = "float64"
     scaling: Scaling | None = None
+    n_chains: int = 1
 
     def token(self) -> str:
         scaling = None if self.scaling is None else (self.scaling.mean, self.scaling.scale)
         holdout = None if self.holdout is None else self.holdout.to_dict()
         return tokenize(self.config.describe(), self.config.population.token(), holdout, self.stream_label,
-                        self.dtype, scaling)
+                        self.dtype, scaling, self.n_chains)
 
 
 def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig):
@@ -85,6 +86,13 @@ def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: Chain
                       radius=cfg.config.radius, reservoir=None if reservoir is None else (reservoir.X, reservoir.y))
 
 
+def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray]
+              ) -> tuple[SGDState, np.ndarray]:
+    """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order."""
+    start = handed[0] if isinstance(handed, tuple) else handed
+    return mix_states(start, [r[0] for r in results]), np.concatenate([r[1] for r in results])
+
+
 @dataclass
 class ChainProgress:
     """What the driver reports after each completed step."""
@@ -110,6 +118,10 @@ class PartitionChain:
     cfg : ChainConfig
     steps : list of Step
         The plan (:func:`nsdist.solvers.plan.schedule`).
+    round_ends : list of int, optional
+        Data-parallel mode (``cfg.n_chains > 1``): the step that ends each round
+        (:func:`nsdist.solvers.plan.rounds`); the steps of a round run side by
+        side from the same state and are mixed.  Default: every step is a round.
     reservoir : Reservoir or None
         2PMB's sample, joined to every buffer (scattered to the workers once).
     prefetch : int
@@ -127,6 +139,7 @@ class PartitionChain:
     dataset: Dataset
     cfg: ChainConfig
     steps: list[Step]
+    round_ends: list[int] | None = None
     reservoir: Reservoir | None = None
     prefetch: int = 2
     on_step: Callable[["ChainProgress"], None] | None = None
@@ -137,6 +150,8 @@ class PartitionChain:
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
         self._res_future = None
+        ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
+        self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
     def run(self, state: SGDState, first: int, stop: int) -> SGDState:
         """Run ``steps[first:stop]`` from ``state``; return the state after the last one."""
@@ -165,21 +180,29 @@ class PartitionChain:
         # files have the same names and sizes, must not share task keys (and so results)
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                          cfg.token(), self._state.to_dict(), self._pos)
-        inflight: deque[tuple[int, Future]] = deque()
+        inflight: deque[tuple[int, Future, list[Future]]] = deque()
         prev: Future | SGDState = self._state
         nxt = self._pos
+        per_round = max(1, cfg.n_chains)
         try:
             while self._pos < self._stop:
-                while nxt < self._stop and len(inflight) <= self.prefetch:
-                    s = steps[nxt]
-                    block = client.submit(load_block, self.dataset, s.block, s.pass_index, cfg,
-                                          key=f"nsdist-load-{token}-{nxt}", retries=2)
-                    prev = client.submit(step_block, prev, block, cfg, self._res_future,
-                                         key=f"nsdist-step-{token}-{nxt}", priority=1)
-                    del block               # the step holds it on the cluster; the driver need not
-                    inflight.append((nxt, prev))
-                    nxt += 1
-                i, fut = inflight[0]
+                while nxt < self._stop and len(inflight) * per_round <= self.prefetch:
+                    end = self._round_end[nxt]
+                    results = []
+                    for i in range(nxt, end + 1):
+                        s = steps[i]
+                        block = client.submit(load_block, self.dataset, s.block, s.pass_index, cfg,
+                                              key=f"nsdist-load-{token}-{i}", retries=2)
+                        results.append(client.submit(step_block, prev, block, cfg, self._res_future,
+                                                     key=f"nsdist-step-{token}-{i}", priority=1))
+                        del block           # the step holds it on the cluster; the driver need not
+                    if len(results) > 1:
+                        prev = client.submit(mix_round, prev, *results, key=f"nsdist-mix-{token}-{end}", priority=2)
+                    else:
+                        prev = results[0]
+                    inflight.append((end, prev, results))
+                    nxt = end + 1
+                i, fut, _ = inflight[0]
                 state, stats = fut.result()
                 inflight.popleft()
                 self._accept(i, state, stats)
@@ -189,7 +212,7 @@ class PartitionChain:
             # a later job that asks for the same keys.  (The cluster may be gone: the error is
             # the one to report, not the cancel's.)
             with contextlib.suppress(Exception):
-                client.cancel([f for _, f in inflight])
+                client.cancel([g for _, f, parts in inflight for g in (f, *parts)])
             raise
 
     def _accept(self, i: int, state: SGDState, stats: np.ndarray) -> None:

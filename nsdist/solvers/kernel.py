@@ -25,7 +25,7 @@ import numpy as np
 
 from ..losses.base import Loss, weight_gradient
 
-__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2"]
+__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states"]
 
 #: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
@@ -243,3 +243,26 @@ def _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_s
         st.b_sum[cols] += b
         stats[i] = (st.epoch, ye.shape[0], float(values.mean()), False, time.perf_counter() - t0)
     return W, b
+
+
+def mix_states(start: SGDState, states: Sequence[SGDState]) -> SGDState:
+    """Iterative parameter mixing (McDonald, Hall & Mann 2010): the average of ``K`` chains' states.
+
+    Every chain ran from ``start`` on its own blocks.  The mixture averages the
+    iterates ``W, b`` and the running sums ``W_sum, b_sum`` in chain order (so
+    the averaged model is the mean of the chains' averaged models when they
+    took equally many steps), takes the step counter ``e`` of the chain that
+    stepped most (the next steps are ``eta / sqrt(e)``), and adds up the rows
+    seen and the epochs skipped.  A pure function: the same chains give the
+    same mixture bit for bit.
+    """
+    k = len(states)
+    mixed = start.copy()
+    mixed.W = sum(st.W for st in states) / k
+    mixed.b = sum(st.b for st in states) / k
+    mixed.W_sum = sum(st.W_sum for st in states) / k
+    mixed.b_sum = sum(st.b_sum for st in states) / k
+    mixed.epoch = max(st.epoch for st in states)
+    mixed.rows_seen = start.rows_seen + sum(st.rows_seen - start.rows_seen for st in states)
+    mixed.skipped = start.skipped + sum(st.skipped - start.skipped for st in states)
+    return mixed

@@ -19,6 +19,12 @@ only the streamed class) are visited in ``row_order(seed, p, j)`` and cut into
 ``epoch_slices`` -- an epoch never spans two blocks.  The blocks of a pass are
 visited in ``block_order(seed, p)``.
 
+**Rounds.**  With ``n_chains = K > 1`` (the engine's data-parallel mode) the
+blocks of each pass are taken ``K`` at a time: the ``K`` blocks of a round
+each run from the same state on their own chain, and the states are averaged
+(:func:`~nsdist.solvers.kernel.mix_states`) before the next round.  A round
+never spans two passes, and the checks fall on round ends (:func:`rounds`).
+
 **Checks.**  The selection scores the candidates after every ``check_rows``
 streamed rows, at block boundaries: when a pass is shorter than that, after
 every ``ceil(check_rows / rows_per_pass)`` passes; otherwise inside the pass
@@ -32,7 +38,7 @@ import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "schedule"]
+__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "schedule", "rounds"]
 
 _NONE = np.uint64(0)
 
@@ -184,3 +190,23 @@ def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffl
     if not checks or checks[-1] != len(steps) - 1:
         checks.append(len(steps) - 1)
     return steps, checks
+
+
+def rounds(steps: list[Step], checks: list[int], n_blocks: int, n_chains: int) -> tuple[list[int], list[int]]:
+    """Round ends for ``n_chains`` chains, and the checks moved to the end of their round.
+
+    Returns
+    -------
+    ends : list of int
+        Step index that ends each round (rounds of ``n_chains`` consecutive
+        steps, cut at every pass end).
+    checks : list of int
+        Each check moved forward to the end of the round it falls in.
+    """
+    ends = []
+    for i in range(len(steps)):
+        in_pass = i % n_blocks
+        if (in_pass + 1) % n_chains == 0 or in_pass == n_blocks - 1:
+            ends.append(i)
+    moved = sorted({ends[int(np.searchsorted(ends, c))] for c in checks})
+    return ends, moved

@@ -1,0 +1,86 @@
+"""Sparse training (CSR) equals dense training: estimator and engine, every measure, both streaming solvers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from distributed import Client, LocalCluster
+from sklearn.datasets import dump_svmlight_file
+
+from nsdist import NonDecomposableClassifier, ingest
+from nsdist.api import open_dataset, train
+
+MEASURES = [("pauc", {"beta": 0.2}), ("auc", {}), ("prec@k", {"k": 0.05}), ("prbep", {}), ("f1", {})]
+
+
+def sparse_data(n=1200, d=60, density=0.08, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, format="csr", random_state=seed, dtype=np.float64)
+    X.data = rng.normal(size=X.nnz)
+    w = np.zeros(d)
+    w[rng.choice(d, 8, replace=False)] = rng.normal(size=8) * 3
+    s = X @ w + 0.3 * rng.normal(size=n)
+    y = np.where(s > np.quantile(s, 0.92), 1, -1).astype(np.int8)
+    return X, y
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+@pytest.mark.parametrize("measure, params", MEASURES, ids=[m for m, _ in MEASURES])
+def test_estimator_on_csr_equals_dense(measure, params, solver):
+    X, y = sparse_data()
+    kw = dict(measure=measure, solver=solver, eta=0.5, n_passes=3, buffer_size=100, random_state=1, **params)
+    dense = NonDecomposableClassifier(**kw).fit(X.toarray(), y)
+    csr = NonDecomposableClassifier(**kw).fit(X, y)
+    np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=1e-9, atol=1e-12)
+    assert csr.intercept_[0] == pytest.approx(dense.intercept_[0], rel=1e-9, abs=1e-12)
+    assert csr.score(X, y) == dense.score(X.toarray(), y)
+
+
+def test_estimator_defaults_select_on_csr_as_on_dense():
+    X, y = sparse_data(n=2000)
+    dense = NonDecomposableClassifier("prbep").fit(X.toarray(), y)
+    csr = NonDecomposableClassifier("prbep").fit(X, y)
+    assert [r["name"] for r in csr.selection_ if r["selected"]] == [r["name"] for r in dense.selection_ if r["selected"]]
+    np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=1e-7, atol=1e-10)
+    assert csr.score(X, y) == pytest.approx(dense.score(X.toarray(), y), abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def both_layouts(tmp_path_factory, cluster):
+    X, y = sparse_data(n=1500)
+    root = tmp_path_factory.mktemp("svm")
+    src = root / "data.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)     # svmlight is 1-based
+    urls = {layout: str(ingest(str(src), str(root / layout), format="svmlight", layout=layout, shuffle=False,
+                               n_features=X.shape[1], rows_per_partition=1500, client=cluster).url)
+            for layout in ("sparse", "dense")}
+    return urls, X, y
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+@pytest.mark.parametrize("measure", ["pauc", "f1"])
+def test_engine_trains_a_sparse_dataset_as_the_dense_one(cluster, both_layouts, measure, solver):
+    urls, X, y = both_layouts
+    assert open_dataset(urls["sparse"]).is_sparse and not open_dataset(urls["dense"]).is_sparse
+    kw = dict(measure=measure, solver=solver, eta=0.5, n_passes=2, buffer_size=100, random_state=2)
+    sparse_model = train(urls["sparse"], client=cluster, standardize=False, **kw)
+    dense_model = train(urls["dense"], client=cluster, standardize=False, **kw)
+    np.testing.assert_allclose(sparse_model.coef, dense_model.coef, rtol=1e-9, atol=1e-12)
+    est = NonDecomposableClassifier(**kw).fit(X, y)          # the same rows, in memory, as CSR
+    np.testing.assert_allclose(sparse_model.coef, est.coef_.ravel(), rtol=1e-9, atol=1e-12)
+
+
+def test_engine_defaults_on_a_sparse_dataset_scale_without_centring(cluster, both_layouts):
+    urls, X, y = both_layouts
+    model = train(urls["sparse"], client=cluster, measure="prbep", random_state=0)
+    assert model.history["selected"] and model.params["standardize"] is True
+    s = np.asarray(X @ model.coef) + model.intercept
+    from nsdist import metrics
+    assert metrics.prbep(y, s) > 0.5
