@@ -33,7 +33,7 @@ import numpy as np
 
 from . import __version__
 from ._names import NameRange, names_from_json, names_to_json, same_names
-from .data.fs import atomic_write_bytes, resolve
+from .data.fs import access, atomic_write_bytes, resolve
 
 __all__ = ["LinearModel", "load_model", "FORMAT_VERSION"]
 
@@ -160,7 +160,9 @@ class LinearModel:
         data = _npy_bytes(self.coef, self.intercept)
         digest = hashlib.sha256(data).hexdigest()
         fs, root = resolve(url, so)
-        old = _read_json(fs, f"{root}/model.json").get("weights", {}).get("file") if fs.exists(f"{root}/model.json") else None
+        with access(fs, root, "write"):
+            old = _read_json(fs, f"{root}/model.json").get("weights", {}).get("file") \
+                if fs.exists(f"{root}/model.json") else None
         weights_name = f"weights-{digest[:12]}.npy"
         atomic_write_bytes(_join(url, weights_name), data, so)
         meta = self.metadata()
@@ -180,7 +182,9 @@ class LinearModel:
         """Load a model directory, verifying the weights' checksum and shape."""
         fs, root = resolve(url, storage_options)
         meta_path = f"{root}/model.json"
-        if not fs.exists(meta_path):
+        with access(fs, root, "read"):
+            found = fs.exists(meta_path)
+        if not found:
             raise ValueError(f"{url}: no model.json here — not an nsdist model directory")
         meta = _read_json(fs, meta_path)
         try:

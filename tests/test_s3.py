@@ -267,6 +267,15 @@ def test_driver_environment_credentials_reach_remote_workers(s3, cluster, monkey
     assert ds.num_rows == 20000 and len(ds.partitions) == 4
 
 
+def test_a_driver_without_credentials_says_so_in_one_line(s3):
+    for args in (["evaluate", s3.url("runs/embedded"), s3.url("letter")],
+                 ["predict", s3.url("runs/embedded/model"), s3.url("letter"), s3.url("scores/x.parquet")],
+                 ["train", s3.url("runs/embedded/job.yaml"), "--resume"]):
+        err = nsdist(*args, code=1).stderr.strip().splitlines()[-1]
+        assert err.startswith(f"nsdist {args[0]}: error: the driver cannot read s3://"), err
+        assert "no credentials" in err and "storage_options" in err, err
+
+
 def test_a_worker_without_credentials_says_it_was_a_worker_which_url_and_what(s3, cluster):
     import s3fs
 
