@@ -25,8 +25,15 @@ __all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError"]
 log = logging.getLogger("nsdist.engine")
 
 
-class UnguardedScriptError(RuntimeError):
-    """A script would start worker processes from code that runs again when they import it."""
+class UnguardedScriptError(SystemExit):
+    """A script would start worker processes from code that runs again when they import it.
+
+    A :class:`SystemExit`: uncaught, Python prints its one-line message (what
+    to write instead) and exits with status 1, without a traceback.
+    """
+
+    def __str__(self) -> str:
+        return str(self.code)
 
 
 @contextlib.contextmanager
@@ -73,7 +80,10 @@ def connect(client: Client | str | None = None, *, n_workers: int | None = None,
         check_tls(address, security)
         log.info("connecting to the Dask scheduler at %s", address)
         with Client(address, security=security, set_as_default=False) as c:
-            yield c
+            try:
+                yield c
+            finally:
+                _release(c)
         return
     from distributed import LocalCluster
 
@@ -86,6 +96,27 @@ def connect(client: Client | str | None = None, *, n_workers: int | None = None,
             Client(cluster, set_as_default=False) as c:
         log.info("started an embedded LocalCluster with %d workers; dashboard: %s", n, c.dashboard_link)
         yield c
+
+
+def _release(client: Client, timeout: float = 0.5) -> None:
+    """Let the scheduler forget this client's futures before it closes.
+
+    Closing a client that still holds futures makes the scheduler cancel them
+    and write to the closing connection: a ``CommClosedError`` traceback in
+    the scheduler's log per connection.  Futures that are garbage are released
+    here, and the release reaches the scheduler (a round trip) first.
+    """
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.monotonic() + timeout
+    while client.futures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        client.sync(client.scheduler.identity)    # the batched release is sent before this reply
+    except Exception:  # noqa: BLE001 - a lost scheduler: closing is all that is left
+        pass
 
 
 def check_tls(address: str, security: Security | None) -> None:

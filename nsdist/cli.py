@@ -46,7 +46,7 @@ TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
     ("--n-passes", "solver.n_passes", "N", "passes over the data"),
     ("--random-state", "solver.random_state", "SEED", "seed of the stream order"),
     ("--label-column", "dataset.label_column", "COL", "label column of the dataset"),
-    ("--test", "dataset.test_url", "DATASET", "Parquet dataset to evaluate on (and draw the learning curve on)"),
+    ("--test", "dataset.test_url", "DATASET", "Parquet dataset to evaluate on (never seen by the fit)"),
     ("--holdout", "dataset.holdout", "F", "instead of --test: hold out this fraction of the partitions"),
     ("--standardize", "dataset.standardize", "BOOL",
      "true (default): train on features scaled to zero mean, unit variance; false: as stored"),
@@ -74,10 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nsdist", description="Train linear models for partial AUC, Prec@k, PRBEP and F1 "
                      "with the 1PMB/2PMB solvers of Kar, Narasimhan & Jain (2014), on Dask.",
                      epilog=_examples("nsdist ingest data/letter/letter-recognition.data runs/letter/data "
-                                      "--label-column 0 --positive N",
+                                      "--format csv --label-column 0 --positive N --rows-per-partition 1000 "
+                                      "--overwrite",
                                       "nsdist train conf/letter-pauc.yaml",
                                       "nsdist evaluate runs/letter-pauc runs/letter/data",
-                                      "nsdist COMMAND --help"))
+                                      "nsdist train --help                # every command explains its options"))
     parser.add_argument("--version", action="version", version=f"nsdist {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the library's log on stderr")
@@ -137,6 +138,7 @@ def _add_ingest(sub) -> None:
                    "(the dimension in the metadata); auto (default): sparse when at most half the size of dense")
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
+    _add_storage_options(p)
     p.set_defaults(run=_cmd_ingest)
 
 
@@ -161,6 +163,7 @@ def _add_train(sub) -> None:
     for option, key, metavar, text in TRAIN_OPTIONS:
         p.add_argument(option, metavar=metavar, dest=key, help=f"{text} [{key}]")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in the run directory")
+    _add_storage_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off when stderr is not a "
                    "terminal)")
     p.set_defaults(run=_cmd_train)
@@ -180,6 +183,7 @@ def _add_evaluate(sub) -> None:
                    help="score above which a row is labelled positive, for F1 (default 0)")
     p.add_argument("--out", metavar="FILE", help="JSON output (default: evaluation.json next to the model)")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
+    _add_storage_options(p)
     p.set_defaults(run=_cmd_evaluate)
 
 
@@ -202,6 +206,7 @@ def _add_predict(sub) -> None:
                    help="copy this column (an id ...) to the output; not a feature (repeatable)")
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="predict +1 where the score is above T (default 0)")
+    _add_storage_options(p)
     p.set_defaults(run=_cmd_predict)
 
 
@@ -229,6 +234,26 @@ def add_retrain_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address of a running Dask scheduler (tcp://host:8786) [cluster.scheduler]")
     parser.add_argument("--summary", metavar="FILE",
                         help="also write the JSON summary here (path or fsspec URL), atomically")
+    _add_storage_options(parser)
+
+
+STORAGE_HELP = ("fsspec options for every URL (credentials, endpoint ...): JSON or YAML text, or @FILE holding it, "
+                "e.g. '{\"key\": ..., \"secret\": ..., \"client_kwargs\": {\"endpoint_url\": \"http://...\"}}'; "
+                "merged over the job's storage_options; default: $NSDIST_STORAGE_OPTIONS. Secrets are never "
+                "written to job.yaml, logs or metrics. AWS_* variables and fsspec's configuration also apply "
+                "(see docs/object-storage.md)")
+
+
+def _add_storage_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-options", metavar="JSON|@FILE", default=os.environ.get("NSDIST_STORAGE_OPTIONS"),
+                   help=STORAGE_HELP)
+
+
+def _storage(args) -> dict:
+    """The parsed ``--storage-options`` (``{}`` without)."""
+    from .jobs import parse_storage_options
+
+    return parse_storage_options(getattr(args, "storage_options", None))
 
 
 def _cmd_retrain(args) -> int:
@@ -267,24 +292,45 @@ def _cmd_ingest(args) -> int:
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,
         "random_state": args.random_state, "dtype": args.dtype, "layout": args.layout}, "command line")
-    with connect(args.scheduler) as client:
+    _check_ingest(spec, args)          # everything is checked before a cluster starts
+    with connect(args.scheduler, processes=False, n_workers=1, threads_per_worker=min(4, os.cpu_count() or 1),
+                 quiet=True) as client:  # like nsdist.ingest: in-process workers unless --scheduler
         announce(client)
-        ds = api.ingest(spec.src, args.dst, **spec.options(), overwrite=args.overwrite, client=client)
-    print(f"{args.dst}: {ds.num_rows} rows ({ds.metadata.get('positives')} positive), {ds.n_features} features, "
-          f"{len(ds.partitions)} partitions")
+        ds = api.ingest(spec.src, args.dst, **spec.options(), overwrite=args.overwrite, client=client,
+                        storage_options=_storage(args) or None)
+    print(f"{args.dst}: {plural(ds.num_rows, 'row')} ({ds.metadata.get('positives')} positive), "
+          f"{plural(ds.n_features, 'feature')}, {plural(len(ds.partitions), 'partition')}")
     return 0
 
 
+def _check_ingest(spec, args) -> None:
+    """What ``nsdist.ingest`` checks before it starts: the input, its options and the destination."""
+    from .data.fs import check_absent, resolve
+    from .data.sources import open_source
+
+    storage = _storage(args)
+    open_source(spec.src, **{k: v for k, v in spec.options().items()
+                             if k in ("format", "label_column", "positive", "negative", "categorical", "header",
+                                      "n_features")}, storage_options=storage or None)
+    fs, out = resolve(args.dst, storage or None)
+    check_absent(fs, out, overwrite=args.overwrite)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 partition``, ``20 partitions``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _cmd_train(args) -> int:
+    job = train_job(args)            # a bad job exits 2 before the training code is even imported
     from .report import measures_table
     from .run import run_train
 
-    job = train_job(args)
     result = run_train(job, resume=args.resume, progress=not args.no_progress)
     evaluation = result.metrics["evaluation"]
     print(measures_table({f"nsdist {result.model.params['solver']}": evaluation}))
-    print(f"\n{evaluation['data']} data: {evaluation['n_rows']} rows, {evaluation['n_positives']} positives; "
-          f"trained in {result.metrics['training']['seconds']:.1f} s")
+    print(f"\n{evaluation['data']} data: {plural(evaluation['n_rows'], 'row')}, "
+          f"{plural(evaluation['n_positives'], 'positive')}; trained in {result.metrics['training']['seconds']:.1f} s")
     print(f"run directory: {job.output.dir} (model/, metrics.json, learning_curve.png, run.log)")
     return 0
 
@@ -295,36 +341,41 @@ def train_job(args) -> TrainJob:
     Option values are passed on as strings (quoted, so that a path is never
     read as YAML); the schema converts them to numbers where a key wants one.
     """
-    from .jobs import apply_overrides, default_run_dir, job_from_dict, load_job, parse_overrides
+    from .jobs import apply_overrides, default_run_dir, job_from_dict, load_job, parse_overrides, with_storage_options
 
     options = [f"{key}={json.dumps(value)}" for _, key, _, _ in TRAIN_OPTIONS
                if (value := getattr(args, key)) is not None]
     overrides = options + args.overrides
+    storage = _storage(args)
     if args.job.endswith((".yaml", ".yml")):
-        return load_job(args.job, overrides)
+        return load_job(args.job, overrides, storage)
     name = os.path.basename(args.job.rstrip("/")) or "train"
     raw = {"dataset": {"url": args.job}, "output": {"dir": default_run_dir(name)}}
-    return job_from_dict(apply_overrides(raw, parse_overrides(overrides)), "command line")
+    return job_from_dict(with_storage_options(apply_overrides(raw, parse_overrides(overrides)), storage),
+                         "command line")
 
 
 def _cmd_evaluate(args) -> int:
     from . import api
     from .engine.cluster import connect
-    from .model import atomic_write_bytes, load_model
+    from .data.fs import atomic_write_bytes
+    from .model import load_model
     from .report import RunDir, measures_table, to_json
     from .run import announce, model_dir as find_model
 
-    model_dir = find_model(args.model)
-    model = load_model(model_dir)
-    dataset = api.open_dataset(args.dataset, label_column=args.label_column)  # fails before a cluster starts
+    storage = _storage(args) or None
+    model_dir = find_model(args.model, storage)
+    model = load_model(model_dir, storage)
+    dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
+                               storage_options=storage)
     with connect(args.scheduler) as client:
         announce(client)
         result = api.evaluate(model, dataset, client=client, threshold=args.threshold)
     out = args.out or RunDir(os.path.dirname(model_dir.rstrip("/")) or ".").path("evaluation.json")
     atomic_write_bytes(out, to_json({"model": model_dir, "dataset": args.dataset, "threshold": args.threshold,
-                                     "measure": model.measure, **result}))
+                                     "measure": model.measure, **result}), storage)
     print(measures_table({model_dir: result}))
-    print(f"\n{result['n_rows']} rows, {result['n_positives']} positives; written to {out}")
+    print(f"\n{plural(result['n_rows'], 'row')}, {plural(result['n_positives'], 'positive')}; written to {out}")
     return 0
 
 
@@ -332,10 +383,11 @@ def _cmd_predict(args) -> int:
     from .model import load_model
     from .run import model_dir, predict_file
 
-    model = load_model(model_dir(args.model))
+    storage = _storage(args) or None
+    model = load_model(model_dir(args.model, storage), storage)
     n = predict_file(model, args.input, args.output, label_column=args.label_column, keep=args.keep,
-                     threshold=args.threshold)
-    print(f"{n} rows scored; written to {args.output}")
+                     threshold=args.threshold, storage_options=storage)
+    print(f"{plural(n, 'row')} scored; written to {args.output}")
     return 0
 
 
@@ -366,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .jobs import JobError
 
     try:
-        with _quiet_dask_workers(not verbose):
+        with _quiet_dask_workers(not verbose), _warnings_as_lines(args.command, verbose):
             return args.run(args)
     except KeyboardInterrupt:
         print("nsdist: interrupted (a training run continues with --resume)", file=sys.stderr)
@@ -380,17 +432,80 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # every error ends in one line, unless --debug
         if args.debug:
             raise
-        print(f"nsdist {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        from .data.fs import scrub
+
+        text = _speak_cli(_one_line(exc), _cli_names(parser, args.command))
+        print(scrub(f"nsdist {args.command}: error: {text}"), file=sys.stderr)
         return 1
 
 
 def _one_line(exc: BaseException) -> str:
+    """An error as one line without Python's class names."""
     if isinstance(exc, FileNotFoundError) and exc.filename:
         return f"no such file or directory: {exc.filename}"
     text = " ".join(str(exc).split())
-    if isinstance(exc, (ValueError, FileNotFoundError, NotImplementedError, PermissionError)):
-        return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text} (run with --debug for the traceback)"
+    if isinstance(exc, (ValueError, OSError, NotImplementedError, LookupError)):
+        return text or "failed"
+    return f"{text or 'failed'} (an internal error ({type(exc).__name__}); run with --debug for the traceback)"
+
+
+#: API keyword -> job key, for messages of ``train`` and ``retrain`` (``pass label_column=`` ...)
+_JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset.feature_columns",
+             "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
+             "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
+             "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",
+             "radius": "solver.radius", "random_state": "solver.random_state", "prefetch": "cluster.prefetch"}
+
+
+def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[str, str | None]]:
+    """``{python_name: (option or job key, job key of the option)}`` for the options of ``command``."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    names: dict[str, tuple[str, str | None]] = {}
+    keys = {key: option for option, key, _, _ in TRAIN_OPTIONS}
+    if command in ("train", "retrain"):
+        for name, key in _JOB_KEYS.items():
+            option = keys.get(key) if command == "train" else None
+            names[name] = (option, key) if option else (key, None)
+    for action in sub._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and not action.dest.count("."):
+                names.setdefault(option[2:].replace("-", "_"), (option, None))
+    return names
+
+
+def _speak_cli(text: str, names: dict[str, str]) -> str:
+    """``pass overwrite=True`` -> ``pass --overwrite``, ``pass format='csv'`` -> ``pass --format 'csv'``,
+    ``label_column=`` -> ``--label-column (dataset.label_column)``: the library's messages in the command's terms."""
+    import re
+
+    def say(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in names:
+            return match.group(0)
+        flag, key = names[name]
+        said = f" ({key})" if key else ""
+        if value == "True" and flag.startswith("--"):
+            return flag + said
+        if value.startswith("["):                    # positive=['7', '8'] -> --positive 7 8
+            value = " ".join(v.strip(" '\"") for v in value.strip("[]").split(","))
+        return (f"{flag} {value}" if value else flag) + said
+
+    return re.sub(r"(?<![\w/.=-])([a-z][a-z_]*)=(True\b|\[[^\]]*\]|[^\s,;)]*)", say, text)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(command: str, verbose: bool) -> Iterator[None]:
+    """Python warnings as one line each (``nsdist train: warning: ...``), not Python's two with a source line."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        where = f" ({category.__name__} at {filename}:{lineno})" if verbose else ""
+        print(f"nsdist {command}: warning: {text}{where}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _setup_logging(verbose: bool) -> None:

@@ -19,9 +19,9 @@ import numpy as np
 
 from . import __version__
 from ._validation import ceil9
-from .estimator import NonDecomposableClassifier
 from .jobs import DatasetSpec, TrainJob
-from .model import LinearModel, atomic_write_bytes
+from .data.fs import atomic_write_bytes, resolve
+from .model import LinearModel
 from .report import MEASURE_KEYS, RunDir, RunLog, curve_png, measure_label
 
 if TYPE_CHECKING:  # importing them loads Dask, which reads its logging settings (see cli._setup_logging)
@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # importing them loads Dask, which reads its logging settings
     from .engine.chain import ChainProgress
 
 __all__ = ["run_train", "TrainRun", "predict_file", "load_rows", "holdout_split", "model_dir", "announce",
-           "RUN_LOG_ONLY", "train_options"]
+           "RUN_LOG_ONLY", "train_options", "separating_features",
+           "warn_separating_features"]
 
 log = logging.getLogger("nsdist")
 
@@ -69,7 +70,11 @@ def run_train(job: TrainJob, *, resume: bool = False, progress: bool = True) -> 
     from . import api
     from .engine.cluster import connect
 
-    run = RunDir(job.output.dir)
+    from .estimator import NonDecomposableClassifier
+
+    NonDecomposableClassifier(**job.estimator_params()).config()   # every check before a cluster starts:
+    opened = _open_datasets(job.dataset, job.data_options())       # the parameters, then the data
+    run = RunDir(job.output.dir, job.output_options() or None)
     runlog = run.log(append=resume)
     level = log.level
     log.setLevel(min(log.getEffectiveLevel(), logging.INFO))  # the run log records INFO
@@ -84,9 +89,11 @@ def run_train(job: TrainJob, *, resume: bool = False, progress: bool = True) -> 
                 client.as_current():  # workaround: the 2PMB reservoir needs a current client
             where = announce(client)
             log.info("cluster: %s", where)
-            train, test, role = _datasets(job.dataset, client)
+            train, test, role = opened or _datasets(job.dataset, client, job.data_options())
+            _log_datasets(train, test, role)
+            warn_separating_features(train)
             model = _fit(job, client, train, test, role, run, runlog, resume=resume, progress=progress)
-            model.save(run.model)
+            model.save(run.model, run.storage_options)
             log.info("model saved to %s", run.model)
             measures = api.evaluate(model, test, client=client, threshold=job.measure.threshold)
         metrics = _write_outputs(job, run, model, train, test, role, measures, where)
@@ -100,30 +107,103 @@ def run_train(job: TrainJob, *, resume: bool = False, progress: bool = True) -> 
         log.setLevel(level)
 
 
-def _datasets(spec: DatasetSpec, client) -> tuple[Dataset, Dataset, str]:
-    """The training data, the evaluation data and its role (``test``, ``holdout`` or ``training``)."""
+def _datasets(spec: DatasetSpec, client, options: dict | None = None) -> tuple[Dataset, Dataset, str]:
+    """The training data, the evaluation data and its role (``test``, ``holdout`` or ``training``).
+
+    ``options``: the storage options of the data (default ``spec.storage_options``).
+    """
+    from . import api
+    from .data.fs import incomplete
+
+    options = spec.storage_options if options is None else options
+    for url, raw in ((spec.url, spec.ingest), (spec.test_url, spec.test_ingest)):
+        if raw is not None and not _exists(url, options):
+            fs, path = resolve(url, options)
+            redo = fs.exists(path) and incomplete(fs, path)   # an ingest that died: its files are replaced
+            log.info("ingesting %s into %s%s", raw.src, url, " (replacing an unfinished ingest)" if redo else "")
+            t0 = time.perf_counter()
+            api.ingest(raw.src, url, **raw.options(), storage_options=options, client=client, overwrite=redo)
+            log.info("ingested %s in %.1f s", url, time.perf_counter() - t0)
+    return _split(spec, options)
+
+
+def _open_datasets(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str] | None:
+    """:func:`_datasets` without a cluster: the datasets when they all exist, else None.
+
+    A dataset still to be ingested has its source and options checked (what
+    ``ingest`` checks before it starts); any other problem (a missing
+    dataset, a bad label column, too few partitions to hold out) raises here,
+    before a cluster starts or the run directory is touched.
+    """
+    from .data.sources import open_source
+
+    missing = False
+    for url, raw in ((spec.url, spec.ingest), (spec.test_url, spec.test_ingest)):
+        if raw is not None and not _exists(url, options):
+            keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features")
+            open_source(raw.src, **{k: v for k, v in raw.options().items() if k in keys},
+                        storage_options=options or None)
+            missing = True
+    return None if missing else _split(spec, options)
+
+
+def _split(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str]:
+    """Open the training data and the evaluation data; the latter's role: ``test``, ``holdout`` or ``training``."""
     from . import api
 
-    for url, raw in ((spec.url, spec.ingest), (spec.test_url, spec.test_ingest)):
-        if raw is not None and not _exists(url, spec.storage_options):
-            log.info("ingesting %s into %s", raw.src, url)
-            t0 = time.perf_counter()
-            api.ingest(raw.src, url, **raw.options(), storage_options=spec.storage_options, client=client)
-            log.info("ingested %s in %.1f s", url, time.perf_counter() - t0)
-    how = dict(label_column=spec.label_column, feature_columns=spec.feature_columns,
-               storage_options=spec.storage_options)
+    how = dict(label_column=spec.label_column, feature_columns=spec.feature_columns, storage_options=options)
     train = api.open_dataset(spec.url, **how)
     if spec.test_url is not None:
-        test, role = api.open_dataset(spec.test_url, **how), "test"
-    elif spec.holdout is not None:
-        (train, test), role = holdout_split(train, spec.holdout), "holdout"
-    else:
-        test, role = train, "training"
+        return train, api.open_dataset(spec.test_url, **how), "test"
+    if spec.holdout is not None:
+        return (*holdout_split(train, spec.holdout), "holdout")
+    return train, train, "training"
+
+
+def _log_datasets(train: Dataset, test: Dataset, role: str) -> None:
+    if role == "training":
         log.warning("no test data (dataset.test_url or dataset.holdout): metrics.json reports the training data")
     for name, ds in dict.fromkeys([("training", train), (role, test)]):
         log.info("%s data: %s, %d rows, %d features, %d partitions, fingerprint %s", name, ds.url, ds.num_rows,
                  ds.n_features, len(ds.partitions), ds.fingerprint[:12])
-    return train, test, role
+
+
+#: training rows read to look for a feature that separates the classes by itself
+SEPARATION_ROWS = 100_000
+
+
+def separating_features(X: np.ndarray, y: np.ndarray) -> list[int]:
+    """The columns of ``X`` whose values alone split the rows into the two classes (a threshold does it)."""
+    pos, neg = y > 0, y <= 0
+    if not pos.any() or not neg.any():
+        return []
+    with np.errstate(invalid="ignore"):
+        lo_p, hi_p = X[pos].min(axis=0), X[pos].max(axis=0)
+        lo_n, hi_n = X[neg].min(axis=0), X[neg].max(axis=0)
+    return [int(j) for j in np.flatnonzero((hi_n < lo_p) | (hi_p < lo_n))]
+
+
+def warn_separating_features(ds: Dataset, max_rows: int = SEPARATION_ROWS) -> list[str]:
+    """Warn loudly when one feature alone separates the training classes (on up to ``max_rows`` rows).
+
+    That is almost always a label leak: the label, or something computed from
+    it, read as a feature (a wrong ``--label-column``).  Returns the names.
+    """
+    try:
+        X, y = load_rows(ds, max_rows)
+        if hasattr(X, "toarray"):
+            X = X.toarray()
+    except (ValueError, TypeError, MemoryError):   # a layout this check cannot read in memory: skip it
+        return []
+    names = [ds.feature_names[j] for j in separating_features(np.asarray(X, dtype=np.float64), y)]
+    if names:
+        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        log.warning("WARNING: feature%s %s alone separate%s the %d training rows read into the two classes "
+                    "perfectly: is the label, or something computed from it, a feature? (check --label-column "
+                    "/ dataset.label_column and dataset.feature_columns; the label recorded at ingest is %r)",
+                    "s" if len(names) > 1 else "", shown, "" if len(names) > 1 else "s", len(y),
+                    ds.metadata.get("label_column"))
+    return names
 
 
 def holdout_split(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
@@ -143,11 +223,12 @@ def holdout_split(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
             ds.select(sorted(held), "holdout"))
 
 
-def _exists(url: str, storage_options: dict) -> bool:
-    import fsspec
+def _exists(url: str, storage_options: dict | None) -> bool:
+    """Whether something complete is at ``url`` (not a dataset whose ingest died half way)."""
+    from .data.fs import incomplete
 
-    fs, path = fsspec.core.url_to_fs(url, **storage_options)
-    return fs.exists(path)
+    fs, path = resolve(url, storage_options)
+    return fs.exists(path) and not (fs.isdir(path) and incomplete(fs, path))
 
 
 def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -177,21 +258,20 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     from .progress import TrainingBar
 
     params = job.estimator_params()
-    n_passes = NonDecomposableClassifier(**params).n_passes
-    if not resume and _exists(run.checkpoint, {}):
+    n_passes = params.get("n_passes") or params.get("max_passes")    # None: chosen in the fit
+    if not resume and _exists(run.checkpoint, run.storage_options):
         log.info("replacing the checkpoint of an earlier run (--resume would have continued it)")
-    validation = load_rows(test, job.output.curve_rows) if job.output.curve_rows else None
-    if validation is not None:
-        log.info("learning curve: the measure on %d rows of the %s data after each partition",
-                 validation[1].shape[0], role)
+    # The evaluation data is never passed as `validation=`: the fit chooses its candidates on those rows,
+    # so the reported measures would not be held out, and the model would not be the one `nsdist retrain`
+    # (or `nsdist.train` on the same job) builds.  The fit holds out its own validation rows.
     log.info("training: %s", ", ".join(f"{k}={v}" for k, v in params.items()))
     log.info("checkpoints: %s every %d partitions or %.0f s", run.checkpoint, job.output.checkpoint_every,
              job.output.checkpoint_seconds)
     previous, saved = None, time.monotonic()
 
     def pass_done(p: ChainProgress) -> None:
-        log.info("pass %d/%d done at %.1f s: %d rows seen, loss %.4g on its last partition",
-                 p.pass_index + 1, n_passes, p.elapsed, p.rows_seen, p.loss)
+        log.info("pass %d%s done at %.1f s: %d rows seen, loss %.4g on its last partition",
+                 p.pass_index + 1, f"/{n_passes}" if n_passes else "", p.elapsed, p.rows_seen, p.loss)
 
     def on_step(p: ChainProgress) -> None:
         nonlocal previous, saved
@@ -205,11 +285,11 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
             runlog.save()
             saved = time.monotonic()
 
-    with TrainingBar(n_passes, enabled=None if progress else False) as bar:
-        model = api.train(train, client=client, checkpoint=run.checkpoint,
+    with TrainingBar(n_passes or "?", enabled=None if progress else False) as bar:
+        model = api.train(train, client=client, checkpoint=run.checkpoint, checkpoint_options=run.storage_options,
                           checkpoint_every=job.output.checkpoint_every,
                           checkpoint_seconds=job.output.checkpoint_seconds, resume=resume,
-                          validation=validation, on_step=on_step, **train_options(job))
+                          on_step=on_step, **train_options(job))
     h = model.history
     log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
              h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),
@@ -263,12 +343,14 @@ _OUTPUT_COLUMNS = ("score", "prediction")
 
 
 def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = "label",
-                 keep: Sequence[str] = (), threshold: float = 0.0) -> int:
+                 keep: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None) -> int:
     """Score every row of a Parquet or CSV input and write ``score`` and ``prediction`` to ``dst``.
 
     Sparse inputs -- an svmlight/LIBSVM file or a Parquet dataset in the sparse
     layout -- are scored as CSR rows by :func:`nsdist.data.scoring.score_sparse`
     (the label, and ``keep`` columns of a Parquet input, are copied).
+
+    ``storage_options``: fsspec options for ``src`` and ``dst``.
 
     The input's columns must be the model's features plus the label column
     (optional) and the ``keep`` columns, which are copied to the output.  The
@@ -282,18 +364,21 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
         difference), a feature column is not numeric, or a ``keep`` column is
         missing.
     """
-    import fsspec
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    fs, path = fsspec.core.url_to_fs(src)
-    if not fs.exists(path):
-        raise FileNotFoundError(2, "No such file or directory", src)
+    from .data.fs import access
+
+    fs, path = resolve(src, storage_options)
+    with access(fs, path, "read"):
+        if not fs.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", src)
     from .data.scoring import score_sparse, sparse_input_format
 
-    if sparse_input_format(src):   # svmlight text or a sparse Parquet dataset: CSR rows
-        table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold)
-        atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)))
+    if sparse_input_format(src, storage_options):   # svmlight text or a sparse Parquet dataset: CSR rows
+        table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold,
+                             storage_options=storage_options)
+        atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
         return table.num_rows
     data = pads.dataset(path, filesystem=fs, format=_table_format(src))
     names = data.schema.names
@@ -321,7 +406,7 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
         parts.append(pa.table({**{c: batch.column(c) for c in copied}, "score": scores,
                                "prediction": np.where(scores > threshold, 1, -1).astype(np.int8)}))
     table = pa.concat_tables(parts)
-    atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)))
+    atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
     return table.num_rows
 
 
@@ -346,13 +431,14 @@ def _table_bytes(table, fmt: str) -> bytes:
 
 
 # ------------------------------------------------------------------ helpers
-def model_dir(path: str) -> str:
+def model_dir(path: str, storage_options: dict | None = None) -> str:
     """``path`` itself, or ``path/model`` when ``path`` is a run directory."""
-    import fsspec
+    from .data.fs import access
 
-    fs, root = fsspec.core.url_to_fs(path)
-    if not fs.exists(f"{root}/model.json") and fs.exists(f"{root}/model/model.json"):
-        return path.rstrip("/") + "/model"
+    fs, root = resolve(path, storage_options)
+    with access(fs, root, "read"):
+        if not fs.exists(f"{root}/model.json") and fs.exists(f"{root}/model/model.json"):
+            return path.rstrip("/") + "/model"
     return path
 
 

@@ -181,9 +181,9 @@ def test_learning_curve_png_holds_the_history(run):
     curve = load_model(str(run["out"] / "model")).history["curve"]
     assert len(curve) == 2 * 14                      # one point per partition and pass
     assert plotted["time"] == [p["time"] for p in curve]
-    assert plotted["measure"] == [p["measure"] for p in curve]
+    assert plotted["measure"] == [p.get("measure") for p in curve]    # the fit keeps no test rows (no leak)
     assert plotted["loss"] == [None if np.isnan(p["loss"]) else p["loss"] for p in curve]
-    assert all(0 <= v <= 1 for v in plotted["measure"])
+    assert all(0 <= v <= 1 for v in plotted["measure"] if v is not None)
 
 
 def test_run_log_tells_what_happened(run):
@@ -209,9 +209,11 @@ def test_job_file_errors_one_line_each(tmp_path, run):
     job.write_text(f"dataset: {{url: {run['data']}}}\nsolver: {{etta: 2, n_passes: many}}\n")
     proc = nsdist("train", job)
     assert proc.returncode == 2
+    from nsdist.jobs import SolverSpec
+
     assert sorted(proc.stderr.splitlines()) == [
-        f"nsdist train: {job}: solver.etta: unknown key; did you mean 'eta'? (valid keys: name, surrogate, eta, "
-        "buffer_size, n_passes, radius, average, shuffle, random_state, fit_intercept, alpha, max_iter, tol)",
+        f"nsdist train: {job}: solver.etta: unknown key; did you mean 'eta'? (valid keys: "
+        f"{', '.join(SolverSpec.model_fields)})",
         f"nsdist train: {job}: solver.n_passes: expected an integer, got 'many'"]
 
 
@@ -293,3 +295,17 @@ def test_demo_runs_and_writes_its_files(tmp_path):
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["test_rows"] == 6000 and len(comparison["models"]) == 3
     assert all(0 <= r["partial_auc"] <= 1 for r in comparison["models"].values())
+
+
+# ------------------------------------------------------- issue 14: the first hour
+def test_ingest_connects_like_every_entry_point(tmp_path, monkeypatch):
+    """Item 11: ``ingest`` uses the one ``connect``: DASK_SCHEDULER_ADDRESS and the TLS check apply."""
+    from nsdist import ingest
+
+    src = tmp_path / "in.csv"
+    src.write_text("a,label\n1,0\n2,1\n")
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tls://127.0.0.1:1")
+    with pytest.raises(ValueError, match="TLS scheduler but no client certificate"):
+        ingest(str(src), str(tmp_path / "d"))
+    assert not (tmp_path / "d").exists()
+
