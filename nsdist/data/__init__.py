@@ -1,7 +1,8 @@
 """Data layer: Parquet datasets, text readers and ingest (SPEC §5).
 
 May import numpy, scipy, pyarrow, fsspec, dask, distributed, ``nsdist._validation``
-and ``nsdist._names`` only (not the solvers, engine or API).
+``nsdist._names`` and ``nsdist._connect`` (the one way to reach Dask, shared with the engine)
+only (not the solvers, engine or API).
 """
 from nsdist.data.dataset import Dataset, PartitionInfo
 from nsdist.data.fs import DataNotFoundError
