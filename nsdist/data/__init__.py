@@ -1,6 +1,6 @@
 """Data layer: Parquet datasets, text readers and ingest (SPEC §5).
 
-May import numpy, scipy, pyarrow, fsspec, dask, distributed, ``nsdist._validation``
+May import numpy, scipy, pyarrow, fsspec, dask, distributed, ``nsdist._validation``,
 ``nsdist._names`` and ``nsdist._connect`` (the one way to reach Dask, shared with the engine)
 only (not the solvers, engine or API).
 """
