@@ -3,7 +3,9 @@
 Runs the scenario tests -- ``tests/test_faults.py`` (SIGKILLed workers, a
 SIGKILLed driver, writes killed midway), ``tests/test_bad_input.py`` (bad data,
 parameters and models through the API and the command line; pickles and YAML
-tags) and ``tests/test_tls.py`` (a TLS-secured cluster) -- under pytest with
+tags) and ``tests/test_tls.py`` (a TLS-secured cluster) and ``tests/test_first_hour.py``
+(what a new user hits: a wrong label column, a positive class no row has,
+arguments only checked after a cluster started, Python-speaking errors) -- under pytest with
 ``--reliability-report``: each test records what it injected or tried, and its
 outcome is pytest's, so a row reads "survived" or "rejected cleanly" only if
 every assertion of its test held (the identical model, the message naming the
@@ -35,7 +37,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-TEST_FILES = ["tests/test_faults.py", "tests/test_bad_input.py", "tests/test_tls.py"]
+TEST_FILES = ["tests/test_faults.py", "tests/test_bad_input.py", "tests/test_tls.py", "tests/test_first_hour.py"]
 
 
 def run_tests(report: Path) -> dict:
@@ -102,8 +104,43 @@ def probe_refused_resume_keeps_the_run(tmp: Path, scheduler: str) -> dict:
                        "replaced by the refused job's (so `nsdist train <run>/job.yaml --resume` now fails too)")}
 
 
+def probe_rewritten_partition_is_not_the_exam(tmp: Path, scheduler: str) -> dict:
+    """``nsdist retrain``: a partition the current model trained on, rewritten (or touched), is new; is it
+    kept out of the held-out exam (which neither model may have trained on)?"""
+    from nsdist.retrain import RetrainSpec, plan
+
+    seen = {f"date=2026-11-0{d}/part-0.parquet": {"size": d, "tag": "t"} for d in (2, 3)}
+    state = plan(seen, {}, RetrainSpec()).manifest                 # day 2 trained on, day 3 held out
+    listing = {"date=2026-11-01/part-0.parquet": {"size": 1, "tag": "t"},   # a late, fresh partition
+               **seen, "date=2026-11-02/part-0.parquet": {"size": 9, "tag": "t"}}  # day 2 rewritten
+    p = plan(dict(sorted(listing.items())), state, RetrainSpec(holdout_partitions=2))
+    trained = "date=2026-11-02/part-0.parquet"
+    return {"rejected": trained not in p.holdout,
+            "outcome": f"new {p.new}; exam {p.holdout}; trained on {p.train}"}
+
+
+def probe_unguarded_script(tmp: Path, scheduler: str) -> dict:
+    """A script that trains at its top level, without ``if __name__ == "__main__":`` (the README's
+    quickstart pasted as is, once): Dask's spawned workers re-import it."""
+    X, y = letter(2000)
+    url = write_parquet(tmp / "data", X, y, rows_per_file=1000)
+    script = tmp / "qs.py"
+    script.write_text(f"import nsdist\nnsdist.train({url!r}, n_passes=1)\n")
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp, env={**env, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    return {"rejected": proc.returncode == 1 and len(lines) == 1 and "__main__" in lines[0],
+            "outcome": f"exit {proc.returncode} in {time.monotonic() - t0:.1f} s, {len(lines)} stderr lines: "
+                       f"{lines[-1] if lines else ''}"}
+
+
 PROBES = [("F1 / 1PMB on data with no positive row", probe_f1_without_positives),
-          ("a refused `--resume` leaves the run directory's job.yaml", probe_refused_resume_keeps_the_run)]
+          ("a refused `--resume` leaves the run directory's job.yaml", probe_refused_resume_keeps_the_run),
+          ("retrain: a rewritten partition the current model trained on is never the exam",
+           probe_rewritten_partition_is_not_the_exam),
+          ("a script calling nsdist.train without the `__main__` guard", probe_unguarded_script)]
 
 
 def run_probes() -> list[dict]:
