@@ -207,3 +207,16 @@ def test_clients_close_cleanly_on_a_real_scheduler(dask_processes, letter, tmp_p
     log = (cluster.workdir / "scheduler.log").read_text()
     assert log.count("Receive client connection") >= 3
     assert "CommClosedError" not in log
+
+
+# ------------------------------------------------- item 12: parser and run apart
+def test_the_command_line_only_parses_and_the_pipelines_use_the_run_module():
+    code = ("import sys; import pipelines.demo, pipelines.retrain; "
+            "print('nsdist.cli' in sys.modules, 'nsdist.run' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["False", "True"]
+    from nsdist import cli, run
+
+    assert not hasattr(cli, "run_train") and not hasattr(cli, "predict_file")
+    assert callable(run.run_train) and callable(run.predict_file)
+    assert len((REPO / "nsdist" / "cli.py").read_text().splitlines()) < 600

@@ -217,3 +217,14 @@ def test_fuzz_job_loader_raises_only_job_error(tmp_path, text, override):
             load_job(str(path), overrides)
         except JobError:
             pass
+
+
+def test_prec_at_k_needs_k_and_a_wrongly_cased_name_gets_a_suggestion(tmp_path):
+    """Issue 14 items 7 and 8: caught when the job is read (exit 2 before any cluster), saying what to write."""
+    (line,) = problems(tmp_path, {**MINIMAL, "measure": {"name": "prec@k"}})
+    assert line.endswith("measure: k is required for prec@k (--k): a number of rows >= 1, or a fraction of the "
+                         "rows in (0, 1]")
+    (line,) = problems(tmp_path, {**MINIMAL, "measure": {"name": "PAUC"}})
+    assert line.endswith("got 'PAUC'; did you mean 'pauc'?")
+    (line,) = problems(tmp_path, {**MINIMAL, "solver": {"name": "2PMB"}})
+    assert line.endswith("got '2PMB'; did you mean '2pmb'?")
