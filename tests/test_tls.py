@@ -91,7 +91,7 @@ def tls_cluster(dask_processes, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plain_model(dask_client, letter_8):
-    return train(letter_8, client=dask_client, **PARAMS)
+    return train(letter_8, client=dask_client, standardize=False, **PARAMS)
 
 
 def test_training_over_tls_gives_the_plain_clusters_model(tls_cluster, plain_model, dask_client, letter_8,
@@ -99,7 +99,7 @@ def test_training_over_tls_gives_the_plain_clusters_model(tls_cluster, plain_mod
     """``train`` / ``evaluate`` with a ``Client(tls://..., security=Security(...))`` equal the plain run."""
     assert tls_cluster.address.startswith("tls://")
     with tls_cluster.client() as client:
-        secured = train(letter_8, client=client, **PARAMS)
+        secured = train(letter_8, client=client, standardize=False, **PARAMS)
         measures = evaluate(secured, letter_8, client=client)
         assert all(address.startswith("tls://") for address in client.scheduler_info()["workers"])
     reliability("safety", "train and evaluate on a TLS cluster (client certificates required)", rejected=False)
@@ -111,7 +111,7 @@ def test_training_over_tls_gives_the_plain_clusters_model(tls_cluster, plain_mod
 def test_connect_passes_the_security_settings(tls_cluster, plain_model, letter_8):
     """``nsdist.engine.cluster.connect(address, security=...)`` opens a client of the TLS cluster."""
     with connect(tls_cluster.address, security=tls_cluster.security()) as client:
-        secured = train(letter_8, client=client, **PARAMS)
+        secured = train(letter_8, client=client, standardize=False, **PARAMS)
     np.testing.assert_array_equal(secured.coef, plain_model.coef)
 
 

@@ -1,0 +1,119 @@
+"""Data-parallel mode (``n_chains``, docs/engine.md §Data-parallel): K chains per round, states mixed.
+
+Real Dask only: a ``LocalCluster`` and real ``dask scheduler`` / ``dask worker`` processes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from test_engine import letter_arrays, write_parquet
+from test_faults import assert_same_model, next_step_worker, sigkill_worker
+
+from nsdist.api import open_dataset, train
+from nsdist.solvers.kernel import Population, SGDState, mix_states, run_epochs
+from nsdist.solvers.measure import cut_intercept, make_loss
+from nsdist.solvers.order import block_order
+from nsdist.solvers.plan import block_rows
+
+PARAMS = dict(measure="pauc", solver="1pmb", eta=0.05, n_passes=2, buffer_size=250, random_state=4)
+
+
+@pytest.fixture(scope="module")
+def letter_12(tmp_path_factory):
+    X, y = letter_arrays()
+    X, y = X[:12000], y[:12000]
+    return write_parquet(tmp_path_factory.mktemp("letter12"), X, y, rows_per_file=1000), X, y
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        yield client
+
+
+def reference(X, y, n_blocks: int, k: int, *, eta, n_passes, buffer_size, random_state, **_) -> tuple:
+    """The plan computed in memory: per pass, the blocks in seeded order, K at a time from one state, mixed."""
+    loss = make_loss("pauc")
+    population = Population.single(loss, eta)
+    size = X.shape[0] // n_blocks
+    state = SGDState.zeros(X.shape[1])
+    for p in range(n_passes):
+        order = list(block_order(random_state, p, n_blocks))
+        for r in range(0, n_blocks, k):
+            start, chains = state, []
+            for j in order[r:r + k]:
+                Xj, yj = X[j * size:(j + 1) * size], y[j * size:(j + 1) * size]
+                rows = block_rows(yj, j * size + np.arange(size), pass_index=p, block=int(j),
+                                  random_state=random_state, shuffle=True)
+                chains.append(run_epochs(start, Xj[rows], yj[rows], population, buffer_size=buffer_size)[0])
+            state = mix_states(start, chains) if len(chains) > 1 else chains[0]
+    w, _ = state.model(0, True)
+    return w, cut_intercept("pauc", y, X @ w)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_k_chains_equal_the_in_memory_reference_of_the_same_plan(cluster, letter_12, k):
+    url, X, y = letter_12
+    model = train(url, client=cluster, standardize=False, n_chains=k, **PARAMS)
+    w, b = reference(X, y, 12, k, **PARAMS)
+    np.testing.assert_array_equal(model.coef, w)
+    assert model.intercept == b
+    assert model.params["n_chains"] == k
+    one = train(url, client=cluster, standardize=False, **PARAMS)
+    assert not np.array_equal(one.coef, model.coef)               # mixing is not the sequence
+
+
+def test_k_chains_are_the_same_model_on_any_cluster(cluster, dask_processes, letter_12):
+    url, _, _ = letter_12
+    params = dict(measure="prbep", n_chains=4, random_state=2)      # the defaults: selection as well
+    local = train(url, client=cluster, **params)
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as lc, Client(lc) as one:
+        single = train(url, client=one, **params)
+    with dask_processes(3) as procs, procs.client() as client:
+        remote = train(url, client=client, **params)
+    assert_same_model(local, single)
+    assert_same_model(local, remote)
+
+
+def test_a_worker_sigkilled_during_a_round_gives_the_identical_model(dask_processes, letter_12):
+    url, _, _ = letter_12
+    params = dict(PARAMS, n_chains=2, standardize=False)
+    with dask_processes(3) as procs, procs.client() as client:
+        undisturbed = train(url, client=client, **params)
+        kills = []
+
+        def kill_at(p) -> None:
+            if p.step == 6 and not kills:
+                victim = next_step_worker(client)
+                kills.append(sigkill_worker(procs, client, victim))
+
+        survived = train(url, client=client, on_step=kill_at, **params)
+    assert kills == [-signal.SIGKILL]
+    assert_same_model(survived, undisturbed)
+
+
+def test_resume_between_rounds_gives_the_identical_model(cluster, letter_12, tmp_path):
+    url, _, _ = letter_12
+    params = dict(measure="pauc", solver="2pmb", n_chains=3, random_state=1)
+    full = train(url, client=cluster, **params)
+    ckpt, mid = tmp_path / "ck.json", tmp_path / "mid.json"
+    seen = []
+
+    def keep(p) -> None:
+        seen.append(p.step)
+        if p.step == 9:
+            shutil.copy(ckpt, mid)
+
+    train(url, client=cluster, checkpoint=str(ckpt), checkpoint_every=1, on_step=keep, **params)
+    assert all(s % 3 == 0 for s in seen)                           # progress (and checkpoints) per round
+    assert json.loads(mid.read_text())["position"] == 9
+    shutil.copy(mid, ckpt)
+    resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **params)
+    assert_same_model(resumed, full)
+    assert open_dataset(url).num_rows == 12000
