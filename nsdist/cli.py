@@ -41,9 +41,13 @@ TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
     ("--k", "measure.k", "K", "Prec@k: a number of rows >= 1 or a fraction in (0, 1]"),
     ("--threshold", "measure.threshold", "T", "score above which a row is labelled positive (F1)"),
     ("--solver", "solver.name", "NAME", "solver: 1pmb, 2pmb, ftrl, psg, cp"),
-    ("--eta", "solver.eta", "ETA", "step size"),
+    ("--eta", "solver.eta", "ETA", "step size (default: chosen in the fit among five decades)"),
     ("--buffer-size", "solver.buffer_size", "N", "rows per epoch buffer (2PMB: reservoir size)"),
-    ("--n-passes", "solver.n_passes", "N", "passes over the data"),
+    ("--n-passes", "solver.n_passes", "N", "passes over the data (default: early stopping on the validation measure)"),
+    ("--validation-fraction", "solver.validation_fraction", "F",
+     "fraction of each class held out to choose what is unset (default 0.1; 0: none)"),
+    ("--n-chains", "cluster.n_chains", "K",
+     "data-parallel mode: K chains per round, their models averaged (default 1: the exact sequence)"),
     ("--random-state", "solver.random_state", "SEED", "seed of the stream order"),
     ("--label-column", "dataset.label_column", "COL", "label column of the dataset"),
     ("--test", "dataset.test_url", "DATASET", "Parquet dataset to evaluate on (never seen by the fit)"),
@@ -454,7 +458,8 @@ _JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset
              "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
              "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
              "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",
-             "radius": "solver.radius", "random_state": "solver.random_state", "prefetch": "cluster.prefetch"}
+             "radius": "solver.radius", "random_state": "solver.random_state", "prefetch": "cluster.prefetch",
+             "n_chains": "cluster.n_chains", "validation_fraction": "solver.validation_fraction"}
 
 
 def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[str, str | None]]:

@@ -154,6 +154,7 @@ class ClusterSpec(_Section):
     n_workers: int | None = Field(None, ge=1, description="embedded cluster: worker processes (None: cores, max 4)")
     memory_limit: Union[str, int] = Field("auto", description="embedded cluster: memory per worker ('4GB', bytes)")
     prefetch: int = Field(2, ge=0, description="partitions loaded ahead of the training chain")
+    n_chains: int = Field(1, ge=1, description="data-parallel mode: chains per round, averaged (1: exact sequence)")
 
 
 class OutputSpec(_Section):

@@ -305,7 +305,8 @@ def train_options(job: TrainJob) -> dict:
     retrain candidate is the model ``nsdist train`` builds from the same job
     on the same partitions.
     """
-    return {"prefetch": job.cluster.prefetch, "standardize": job.dataset.standardize, **job.estimator_params()}
+    return {"prefetch": job.cluster.prefetch, "n_chains": job.cluster.n_chains, "standardize": job.dataset.standardize,
+            **job.estimator_params()}
 
 
 def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Dataset, test: Dataset, role: str,

@@ -67,7 +67,7 @@ def test_unknown_key_names_it_and_suggests_the_nearest(tmp_path):
 
 def test_unknown_key_without_a_near_one_lists_the_valid_keys(tmp_path):
     (line,) = problems(tmp_path, {**MINIMAL, "cluster": {"zzz": 1}})
-    assert "cluster.zzz: unknown key (valid keys: scheduler, n_workers, memory_limit, prefetch)" in line
+    assert "cluster.zzz: unknown key (valid keys: scheduler, n_workers, memory_limit, prefetch, n_chains)" in line
     assert "did you mean" not in line
 
 
