@@ -107,3 +107,27 @@ def test_top_level_help_examples_run_in_order(tmp_path):
         assert "Traceback" not in proc.stderr and "warning" not in proc.stderr.lower(), (example, proc.stderr)
     assert (cwd / "runs" / "letter-pauc" / "model" / "model.json").is_file()
     assert (cwd / "runs" / "letter-pauc" / "evaluation.json").is_file()
+
+
+def test_readme_typical_session_runs_as_pasted(tmp_path):
+    """The README's "typical session" (train x3, evaluate, predict, bench) in a fresh directory, line by line.
+
+    The commands are run as written; one small cluster serves them all (``DASK_SCHEDULER_ADDRESS``, which
+    the README documents) to spare a cluster start per line.
+    """
+    from distributed import LocalCluster
+
+    block = README.split("A typical session:", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) >= 5 and all(line.startswith("nsdist ") for line in lines)
+    cwd = workdir(tmp_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        for line in lines:
+            proc = subprocess.run(line, shell=True, cwd=cwd, capture_output=True, text=True, timeout=600,
+                                  env={**env(), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                                       "DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})
+            assert proc.returncode == 0, (line, proc.stderr)
+            assert "Traceback" not in proc.stderr, (line, proc.stderr)
+    for path in ("runs/letter-pauc/model/model.json", "runs/lp2/metrics.json", "runs/prbep/metrics.json",
+                 "runs/letter-pauc/evaluation.json", "scores.parquet"):
+        assert (cwd / path).is_file(), path
