@@ -134,6 +134,13 @@ def test_driver_credentials_are_forwarded_for_s3_only(monkeypatch, tmp_path):
                                                                                "http://127.0.0.1:1")
     assert forwarded_options("s3://b/x", {"anon": True}).get("key") is None       # explicit options win
     assert forwarded_options("memory://x", {}) == {}
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    (tmp_path / "credentials").write_text("[dev]\naws_access_key_id = AKIAPROF\naws_secret_access_key = prof-1\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    out = forwarded_options("s3://b/x", {"profile": "dev"})        # the workers have no such profile
+    assert (out.get("profile"), out["key"], out["secret"]) == (None, "AKIAPROF", "prof-1")
+    assert "key" not in forwarded_options("s3://b/x", {})          # no default profile, no role copied
 
 
 # ------------------------------------------------------------------ ingest
@@ -151,16 +158,16 @@ def test_ingest_svmlight_and_csv_to_s3_publish_in_place(s3, cluster, local, opts
     the bytes are those of a local ingest; an existing dataset is refused, then replaced with --overwrite."""
     svm = write_svmlight(local / "letter.svm.bz2", 3000)
     nsdist("ingest", svm, s3.url("svm"), "--rows-per-partition", 500, "--storage-options", opts)
-    nsdist("ingest", LETTER, s3.url("letter"), "--format", "csv", "--label-column", 0, "--positive", "N", "--rows-per-partition", 1000,
-           "--storage-options", opts, "--scheduler", cluster.address)
+    nsdist("ingest", LETTER, s3.url("letter"), "--format", "csv", "--label-column", 0, "--positive", "N",
+           "--rows-per-partition", 1000, "--storage-options", opts, "--scheduler", cluster.address)
     fs = s3.filesystem()
     for name, n in (("svm", 6), ("letter", 20)):
         assert keys(fs, f"{s3.bucket}/{name}") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(n))]
     ds = Dataset.open(s3.url("letter"), storage_options=s3.options)
     assert (ds.num_rows, len(ds.partitions), ds.metadata["positives"]) == (20000, 20, 783)
 
-    here = api.ingest(str(LETTER), str(local / "letter"), format="csv", label_column=0, positive="N", rows_per_partition=1000,
-                      client=cluster.address)
+    here = api.ingest(str(LETTER), str(local / "letter"), format="csv", label_column=0, positive="N",
+                      rows_per_partition=1000, client=cluster.address)
     remote = json.loads(fs.cat_file(f"{s3.bucket}/letter/_nsdist.json"))
     assert remote["content_sha256"] == here.metadata["content_sha256"]
 
@@ -248,7 +255,8 @@ def test_killed_run_resumes_from_its_s3_checkpoint_to_the_identical_model(s3, cl
     assert not fs.exists(f"{s3.bucket}/runs/killed/model/model.json")
 
     nsdist("train", s3.url("runs/killed/job.yaml"), "--resume", "--storage-options", opts)
-    resumed, full = (json.loads(fs.cat_file(f"{s3.bucket}/runs/{name}/model/model.json")) for name in ("killed", "full"))
+    resumed, full = (json.loads(fs.cat_file(f"{s3.bucket}/runs/{name}/model/model.json"))
+                     for name in ("killed", "full"))
     assert resumed["weights"]["sha256"] == full["weights"]["sha256"]
     log = fs.cat_file(f"{s3.bucket}/runs/killed/run.log").decode()
     assert f"resuming from {s3.url('runs/killed/checkpoint.json')} at partition step" in log

@@ -33,7 +33,6 @@ Errors
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import posixpath
@@ -217,17 +216,25 @@ def forwarded_options(url: str, options: Mapping[str, Any] | None) -> dict[str, 
 
 
 def _driver_aws_credentials(profile: str | None) -> dict[str, str] | None:
-    key = (os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY"),
-           os.environ.get("AWS_SESSION_TOKEN"), profile)
-    return _aws_credentials(key)
-
-
-@functools.lru_cache(maxsize=8)
-def _aws_credentials(key: tuple) -> dict[str, str] | None:
-    """Frozen credentials from the environment or a shared profile (never from a role), or None."""
-    env_key, env_secret, env_token, profile = key
+    env_key, env_secret, env_token = (os.environ.get(name) for name in
+                                      ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
     if env_key and env_secret and not profile:
         return {"key": env_key, "secret": env_secret, **({"token": env_token} if env_token else {})}
+    key = (profile, os.environ.get("AWS_SHARED_CREDENTIALS_FILE"), os.environ.get("AWS_CONFIG_FILE"))
+    if key not in _PROFILE_CREDENTIALS:
+        found = _profile_credentials(profile)
+        if found is None or not found[1]:
+            return None if found is None else found[0]   # temporary (assumed role ...): looked up each time
+        _PROFILE_CREDENTIALS[key] = found[0]
+    return _PROFILE_CREDENTIALS[key]
+
+
+#: static credentials of AWS profiles, by (profile, credentials file, config file)
+_PROFILE_CREDENTIALS: dict[tuple, dict[str, str]] = {}
+
+
+def _profile_credentials(profile: str | None) -> tuple[dict[str, str], bool] | None:
+    """Frozen credentials of an AWS profile (never of an instance or container role), and whether they are static."""
     try:
         import botocore.session
     except ImportError:
@@ -247,8 +254,9 @@ def _aws_credentials(key: tuple) -> dict[str, str] | None:
     frozen = creds.get_frozen_credentials()
     if not (frozen.access_key and frozen.secret_key):
         return None
-    return {"key": frozen.access_key, "secret": frozen.secret_key,
-            **({"token": frozen.token} if frozen.token else {})}
+    return ({"key": frozen.access_key, "secret": frozen.secret_key,
+             **({"token": frozen.token} if frozen.token else {})},
+            getattr(creds, "method", "") in ("env", "shared-credentials-file", "config-file"))
 
 
 # ------------------------------------------------------------------ resolving
