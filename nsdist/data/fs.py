@@ -512,7 +512,8 @@ def _who() -> str:
         worker = get_worker()
     except (ImportError, ValueError):
         return "the driver"
-    return f"Dask worker {worker.name} ({worker.address})"
+    name = str(worker.name)
+    return f"Dask worker {worker.address}" if name == worker.address else f"Dask worker {name} ({worker.address})"
 
 
 _DENIED_CODES = {
