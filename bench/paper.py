@@ -11,7 +11,7 @@ Protocol (the seed's "Experimental Results" section, on the data in ``shared/dat
 * Each data set is split 70% / 30% at random, stratified (split ``s`` uses
   ``random_state=s``); features are standardised on the training part.
 * **Step scale.**  1PMB, 2PMB and PSG take ``eta = c x default`` with
-  ``c in {0.1, 0.3, 1, 3, 10}`` (:func:`nsdist.solvers.defaults.default_eta`),
+  ``c in {0.1, 0.3, 1, 3, 10}`` (times the PSG scale of :func:`nsdist.solvers.defaults.default_eta`),
   ``c`` chosen on a validation part: a stratified 20% of the *training* part;
   the candidates are trained on the other 80% and ranked by the measure on
   that 20% (ties: the first of 1, 0.3, 3, 0.1, 10).  The chosen ``c`` is
