@@ -396,19 +396,22 @@ def test_two_runs_breaking_the_same_stale_s3_lock_cannot_both_take_over(s3):
         t.start()
     for t in threads:
         t.join()
-    assert len(winners) <= 1
+    assert len(winners) == 1
     holder = json.loads(fs.cat_file(path)) if fs.exists(path) else None
     assert holder is None or [w.token for w in winners] == [holder["token"]]
     assert not fs.exists(path + ".break")
 
 
 # ------------------------------------------------------------------ secrets
-def test_no_secret_in_any_file_the_runs_wrote_nor_in_their_output(s3, local):
+def test_no_secret_in_any_file_the_runs_wrote_nor_in_their_output(s3, local, cluster):
+    """Every object in the bucket, every local file of the runs, the Dask processes' logs, every command's output."""
     fs = s3.filesystem()
     objects = fs.find(s3.bucket)
-    assert len(objects) > 50
+    if not objects:
+        pytest.skip("nothing written yet: this test checks what the module's other tests wrote")
     leaks = [p for p in objects if s3.secret.encode() in fs.cat_file(p) or s3.key.encode() in fs.cat_file(p)]
-    leaks += [str(p) for p in local.rglob("*") if p.is_file()
-              and (s3.secret.encode() in p.read_bytes() or s3.key.encode() in p.read_bytes())]
+    files = [p for root in (local, cluster.workdir) for p in root.rglob("*") if p.is_file()]
+    assert any(p.name == "w0.log" for p in files)
+    leaks += [str(p) for p in files if s3.secret.encode() in p.read_bytes() or s3.key.encode() in p.read_bytes()]
     leaks += [text for text in OUTPUTS if s3.secret in text or s3.key in text]
     assert not leaks
