@@ -6,7 +6,10 @@ Each file is a partition; partitions are ordered by path (string order, which
 is also the order of ``part-00000.parquet, part-00001.parquet, ...``). In a
 directory, files whose name ends in ``.parquet``, ``.parq`` or ``.pq`` are data;
 paths with a component starting with ``_`` or ``.`` are ignored (``_SUCCESS``,
-``_nsdist.json``, ``.crc`` files, staging directories).
+``_nsdist.json``, ``.crc`` files, staging directories). A directory holding
+``_nsdist.incomplete`` and no ``_nsdist.json`` is an ingest into an object store
+that has not finished (or died) and is refused (see
+:func:`nsdist.data.fs.staging_directory`).
 
 Opening reads only the Parquet footers. A file with no rows is skipped with a
 ``UserWarning``. A :class:`Dataset` holds paths and the schema, never data, so
