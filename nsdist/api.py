@@ -23,7 +23,6 @@ from .engine.evaluate import evaluate_dataset
 from .engine.holdout import class_counts, gather_validation, plan_holdout, read_sample, sample_partitions
 from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
-from .engine.scaling import scaling_from_rows
 from .engine.scores import evaluate_sparse_input
 from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
@@ -120,7 +119,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         per-check validation curve, every candidate (``selection``) and the
         seconds of each phase.
     """
-    cfg = TrainConfig.from_params(**params)          # every parameter checked before a cluster starts
+    cfg = TrainConfig.from_params(standardize=standardize, **params)   # all checked before a cluster starts
     if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
         raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
@@ -136,9 +135,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         counts = class_counts(c, ds)
         phases["class_check"] = time.perf_counter() - t
         if not cfg.streaming:
-            model = _train_in_memory(cfg, ds, standardize)
+            model = _train_in_memory(cfg, ds)
         else:
-            model = _stream(c, ds, cfg, counts, standardize=standardize, dtype=dtype, n_chains=n_chains,
+            model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
                             prefetch=prefetch, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                             checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
@@ -148,7 +147,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     return model
 
 
-def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standardize: bool, dtype: str,
+def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype: str,
             n_chains: int,
             init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, on_step,
             phases: dict, storage_options) -> LinearModel:
@@ -168,16 +167,14 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
                                max_rows=cfg.validation_max_rows)
         val = gather_validation(c, ds, holdout, dtype=dtype)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
-    else:
+    if not cfg.selects:               # one fixed model: the cut (and without validation rows, the moments)
         parts = sample_partitions(ds, cfg.random_state, cfg.validation_max_rows)
         sample = read_sample(c, ds, parts, dtype=dtype)
         log.info("sample: %d rows of %d partition(s) for the moments and the cut", sample[1].shape[0], len(parts))
     phases["validation_sample"] = time.perf_counter() - t
-    scaling = None
-    if standardize:
-        scaling = scaling_from_rows((val if val is not None else sample)[0])
-        if val is not None:
-            val = (scaling.apply(val[0].copy()), val[1])
+    scaling = cfg.scaling_for((val if val is not None else sample)[0])
+    if scaling is not None and val is not None:
+        val = (scaling.apply(val[0].copy()), val[1])
     n_val = 0 if val is None else val[0].shape[0]
     cfg = cfg.resolve(n_features=ds.n_features, n_rows=ds.num_rows - (holdout.n_rows if holdout else 0),
                       mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val)
@@ -265,14 +262,15 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
     t = time.perf_counter()
     if selection is not None:
         w, b = raw(*selection.model(cfg, *val))
-    else:
-        w, b = raw(*state.model(0, cfg.average))
-        if not get_measure(cfg.measure).thresholded and cfg.fit_intercept:   # a ranking model's cut
-            k = cfg.k if cfg.train_k is None else cfg.train_k
-            Xs, ys = sample
-            b = cut_intercept(cfg.measure, ys, np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
-        elif not cfg.fit_intercept:
+    else:       # a ranking model's cut on the sample, in the scaled space as the estimator places it
+        w, b = state.model(0, cfg.average)
+        if not get_measure(cfg.measure).thresholded:
             b = 0.0
+            if cfg.fit_intercept:
+                Xs = sample[0] if scaling is None else scaling.apply(sample[0].copy())
+                k = cfg.k if cfg.train_k is None else cfg.train_k
+                b = cut_intercept(cfg.measure, sample[1], np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
+        w, b = raw(w, b)
     phases["cut"] = time.perf_counter() - t
     stats = chain.epoch_stats()
     done_stats = stats[~stats["skipped"]] if stats.size else stats
@@ -296,22 +294,17 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, standa
                        feature_names=ds.feature_names, dataset_fingerprint=ds.fingerprint, history=history)
 
 
-def _train_in_memory(cfg: TrainConfig, ds: Dataset, standardize: bool) -> LinearModel:
-    """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver."""
+def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
+    """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver (the estimator scales)."""
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
-    scaling = scaling_from_rows(X) if standardize else None
-    if scaling is not None:
-        X = scaling.apply(X)
     t0 = time.perf_counter()
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y)
-    w, b = est.coef_.ravel(), float(np.ravel(est.intercept_)[0])
-    if scaling is not None:
-        w, b = scaling.fold(w, b)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
-    return LinearModel(coef=w, intercept=b, measure=cfg.measure, params={**cfg.params(), "eta": est.eta_},
-                       feature_names=ds.feature_names, dataset_fingerprint=ds.fingerprint, history=history)
+    return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
+                       params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,
+                       dataset_fingerprint=ds.fingerprint, history=history)
 
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",

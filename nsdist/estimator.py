@@ -107,6 +107,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         puts :meth:`predict`'s threshold at the measure's cut-off (on the
         validation rows when there are, else the training rows;
         :func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
+    standardize : bool, default True
+        Train on scaled features -- dense: zero mean and unit variance; sparse:
+        unit variance, no centring -- with moments taken on the validation rows
+        (else all training rows), and fold the model back onto the raw
+        features (``coef_`` and ``intercept_`` score raw rows).  The same rule
+        as :func:`nsdist.train`, so both give the same model.
     validation_fraction : float in [0, 1), default 0.1
         Fraction of each class set aside for the selection (1PMB, 2PMB; by seed
         and row position, at least one row of each class; never trained on).
@@ -148,7 +154,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                  eta: float | None = None, radius: float | None = None, alpha: float = 1e-4,
                  n_passes: int | None = None, max_passes: int | None = None, max_iter: int = 200,
                  tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
-                 validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
+                 standardize: bool = True, validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
                  n_iter_no_change: int = 5, random_state: int = 0) -> None:
         self.measure = measure
         self.beta = beta
@@ -166,6 +172,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.average = average
         self.shuffle = shuffle
         self.fit_intercept = fit_intercept
+        self.standardize = standardize
         self.validation_fraction = validation_fraction
         self.validation_max_rows = validation_max_rows
         self.n_iter_no_change = n_iter_no_change
@@ -211,10 +218,6 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y_val has {y_val.shape[0]} labels but X_val has {X_val.shape[0]} rows")
         return X_val, y_val
 
-    def _set_model(self, w: np.ndarray, b: float) -> None:
-        self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
-        self.intercept_ = np.array([b], dtype=np.float64)
-
     def _cut(self, cfg: TrainConfig, w: np.ndarray, b: float, X, y: np.ndarray) -> float:
         """A ranking model's intercept: its measure's cut on ``(X, y)`` (F1 keeps its own)."""
         if get_measure(cfg.measure).thresholded:
@@ -248,6 +251,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if cfg.streaming:
             return self._fit_stream(cfg, X, y, validation)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
+        self._scaling = scaling = cfg.scaling_for(X)
+        if scaling is not None:
+            X = scaling.apply(X.copy())
+            if validation is not None:
+                validation = (scaling.apply(validation[0].copy()), validation[1])
         eta = default_eta(cfg.solver, cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)
         loss = make_loss(cfg.measure, beta=cfg.beta, k=cfg.train_k, surrogate=cfg.surrogate or "hinge")
         learn_b = cfg.fit_intercept and get_measure(cfg.measure).thresholded
@@ -287,6 +295,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if n_val and np.unique(validation[1]).shape[0] < 2:
             # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
             validation = (X, y)
+        # moments from the validation rows (else all rows), as the engine takes them
+        self._scaling = scaling = cfg.scaling_for(validation[0] if n_val else X)
+        if scaling is not None:
+            X = scaling.apply(X.copy())
+            if validation is not None:
+                validation = (scaling.apply(validation[0].copy()), validation[1])
         cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
                           mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
@@ -337,6 +351,13 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             b = self._cut(cfg, w, b, X[train], y[train])
         self._set_model(w, b)
         return self
+
+    def _set_model(self, w: np.ndarray, b: float) -> None:
+        """``coef_``, ``intercept_`` on the raw features (a model on scaled rows folded back)."""
+        if getattr(self, "_scaling", None) is not None:
+            w, b = self._scaling.fold(w, b)
+        self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
+        self.intercept_ = np.array([b], dtype=np.float64)
 
     def _validator(self, validation) -> Validate:
         Xv, yv = validation
@@ -401,6 +422,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         y = self._encode(y)
         if first:
             self._start_partial(X, y)
+        if self._scaling is not None:
+            X = self._scaling.apply(X.copy())
         cfg = self.config_
         if cfg.solver == "ftrl":
             self._ftrl.round(X, y)
@@ -418,7 +441,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     def _start_partial(self, X, y: np.ndarray) -> None:
         cfg = self.config()
         self._rows, self._next_block, self.n_iter_, self.history_ = 0, 0, 0, History()
-        self.selection_, self.validation_curve_, self._validation = None, [], None
+        self.selection_, self.validation_curve_, self._validation, self._scaling = None, [], None, None
+        if cfg.standardize:       # moments from the first block (its validation rows when it holds out)
+            rows = np.arange(X.shape[0])
+            if cfg.streaming and cfg.selects:
+                rows = np.flatnonzero(self._block_holdout(cfg, y, rows).mask(y, rows))
+            self._scaling = cfg.scaling_for(X[rows] if rows.size else X)
         if cfg.solver == "ftrl":
             self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
             eta = default_eta("ftrl", cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)
@@ -430,6 +458,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             return
         ids = np.arange(X.shape[0])
         n_val, norm = 0, None
+        if self._scaling is not None:
+            X = self._scaling.apply(X.copy())
         if cfg.selects:
             mask = self._block_holdout(cfg, y, ids).mask(y, ids)
             n_val, norm = int(mask.sum()), (mean_sq_norm(X[np.flatnonzero(mask)]) if mask.any() else None)

@@ -94,7 +94,7 @@ def test_engine_equals_in_memory_solver(cluster, letter_parquet, letter_parquet_
     params = dict(measure=measure, solver=solver, buffer_size=500, eta=0.05, n_passes=2, shuffle=False,
                   random_state=3)
     model = train(url, client=cluster, standardize=False, **params)
-    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    est = nsdist.NonDecomposableClassifier(**params, standardize=False).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(np.ravel(est.intercept_)[0])
     assert model.history["rows_seen"] == 2 * (len(y) if solver == "1pmb" else int((y < 0).sum()))
@@ -105,7 +105,7 @@ def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     url = write_parquet(tmp_path / "one", X, y, rows_per_file=5000)
     params = dict(measure="pauc", solver="2pmb", buffer_size=500, n_passes=3, shuffle=True, random_state=11)
     model = train(url, client=cluster, standardize=False, **params)
-    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    est = nsdist.NonDecomposableClassifier(**params, standardize=False).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
 
 
@@ -114,7 +114,7 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
     """Defaults (holdout, population, halving, early stopping, plug-in F1): the same model bit for bit."""
     X, y = letter[0][:6000], letter[1][:6000]
     url = write_parquet(tmp_path / measure, X, y, rows_per_file=6000)
-    model = train(url, client=cluster, standardize=False, measure=measure, random_state=5)
+    model = train(url, client=cluster, measure=measure, random_state=5)       # the defaults everywhere
     est = nsdist.NonDecomposableClassifier(measure, random_state=5).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(est.intercept_[0])
@@ -230,12 +230,12 @@ def test_standardize_equals_estimator_on_scaled_rows_and_folds_back(cluster, let
     """``standardize=True`` trains on (x - mean)/std and returns the equal model on raw features.
 
     The moments come from the sample of whole partitions (here: all of them, in file order), not
-    from an extra pass; the full-pass moments agree to rounding.
+    from an extra pass; the full-pass moments agree to rounding.  The estimator does the same.
     """
     from nsdist.engine.scaling import feature_scaling, scaling_from_rows
 
     url, X, y = letter_parquet
-    raw = X * 3.0 + 7.0                                    # a raw scale the defaults were not tuned for
+    raw = X * 3.0 + 7.0                                    # a raw scale far from unit variance
     root = Path(url).parent / "raw"
     url_raw = write_parquet(root, raw, y, rows_per_file=4000)
     ds = open_dataset(url_raw)
@@ -245,13 +245,16 @@ def test_standardize_equals_estimator_on_scaled_rows_and_folds_back(cluster, let
     np.testing.assert_allclose(scaling.scale, full.scale, rtol=1e-12)
     params = dict(measure="f1", solver="1pmb", eta=0.05, n_passes=2, shuffle=False, random_state=1)
     model = train(url_raw, client=cluster, standardize=True, **params)
-    est = nsdist.NonDecomposableClassifier(**params).fit(scaling.apply(raw.copy()), y)
+    est = nsdist.NonDecomposableClassifier(**params, standardize=False).fit(scaling.apply(raw.copy()), y)
     w, b = scaling.fold(est.coef_.ravel(), float(est.intercept_[0]))
     np.testing.assert_array_equal(model.coef, w)
     assert model.intercept == b
     np.testing.assert_allclose(model.decision_function(raw), est.decision_function(scaling.apply(raw.copy())),
                                rtol=1e-9, atol=1e-9)
     assert model.params["standardize"] is True
+    scaled_est = nsdist.NonDecomposableClassifier(**params).fit(raw, y)        # standardize=True in memory
+    np.testing.assert_array_equal(scaled_est.coef_.ravel(), model.coef)
+    assert float(scaled_est.intercept_[0]) == model.intercept
 
 
 def test_one_class_dataset_fails_before_training(cluster, tmp_path, letter):

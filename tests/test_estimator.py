@@ -135,7 +135,8 @@ def test_same_seed_same_coef_bit_for_bit(solver):
 @pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
 def test_fit_is_the_solver_on_pm1_labels(solver):
     X, y = make_data()
-    est = NonDecomposableClassifier("f1", solver=solver, eta=0.5, buffer_size=100, n_passes=2).fit(X, y)
+    est = NonDecomposableClassifier("f1", solver=solver, eta=0.5, buffer_size=100, n_passes=2,
+                                    standardize=False).fit(X, y)
     run = one_pass_mb if solver == "1pmb" else two_pass_mb
     ref = run(X, np.where(y == 1, 1, -1), make_loss("f1"), buffer_size=100, eta=0.5, n_passes=2,
               fit_intercept=True)
@@ -146,7 +147,7 @@ def test_fit_is_the_solver_on_pm1_labels(solver):
 @pytest.mark.parametrize("measure", ["pauc", "f1"])
 def test_partial_fit_equals_fit_on_the_concatenated_blocks(measure):
     X, y = make_data(n=1200)
-    kw = dict(measure=measure, buffer_size=100, shuffle=False, n_passes=1, eta=0.3)
+    kw = dict(measure=measure, buffer_size=100, shuffle=False, n_passes=1, eta=0.3, standardize=False)
     full = NonDecomposableClassifier(**kw).fit(X, y)
     part = NonDecomposableClassifier(**kw)
     for lo, hi in [(0, 300), (300, 800), (800, 1200)]:           # multiples of buffer_size
@@ -175,7 +176,7 @@ def test_partial_fit_continues_fit_and_needs_classes_for_a_one_class_block():
 
 def test_partial_fit_plays_one_ftrl_round_per_call():
     X, y = make_data(n=400)
-    est = NonDecomposableClassifier(solver="ftrl", buffer_size=100, shuffle=False, max_iter=30)
+    est = NonDecomposableClassifier(solver="ftrl", buffer_size=100, shuffle=False, max_iter=30, standardize=False)
     full = clone(est).fit(X, y)
     for lo in range(0, 400, 100):
         est.partial_fit(X[lo:lo + 100], y[lo:lo + 100])

@@ -84,11 +84,12 @@ def test_validation_rows_are_never_trained_on():
     marker[np.flatnonzero(val)[:3]] = 1e3                            # a feature only validation rows have
     Xm = np.hstack([X, marker])
     for measure in ("pauc", "f1"):
-        est = NonDecomposableClassifier(measure, random_state=0).fit(Xm, np.where(y > 0, 1, 0))
+        est = NonDecomposableClassifier(measure, random_state=0, standardize=False).fit(Xm, np.where(y > 0, 1, 0))
         assert np.all(est._state.W[-1] == 0) and np.all(est._state.W_sum[-1] == 0)
         assert est.coef_[0, -1] == 0.0
     # trained on, the marker moves the weights
-    est = NonDecomposableClassifier("pauc", eta=0.1, n_passes=2, validation_fraction=0.0).fit(Xm, y)
+    est = NonDecomposableClassifier("pauc", eta=0.1, n_passes=2, validation_fraction=0.0,
+                                    standardize=False).fit(Xm, y)
     assert est.coef_[0, -1] != 0.0
 
 
@@ -99,7 +100,7 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
-    assert len(a.selection_) == len(a.config_.candidates) == 15
+    assert len(a.selection_) == len(a.config_.candidates) == 20      # (prbep, auc/logistic, pauc, logloss) x 5
     assert sum(r["selected"] for r in a.selection_) == 1
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
@@ -177,6 +178,21 @@ def test_cp_returns_its_last_iterate_as_svmperf_does():
     X, y = make_data(n=600)
     res = cutting_plane(X, y, make_loss("prbep"), lam=1e-4, radius=None, fit_intercept=False, tol=1e-3,
                         max_iter=15)
-    est = NonDecomposableClassifier("prbep", solver="cp", max_iter=15).fit(X, y)
+    est = NonDecomposableClassifier("prbep", solver="cp", max_iter=15, standardize=False).fit(X, y)
     np.testing.assert_array_equal(est.coef_.ravel(), res.last_coef)
     assert not np.array_equal(res.last_coef, res.coef) or res.converged
+
+
+def test_standardize_is_the_selection_on_rows_scaled_by_the_validation_moments():
+    X, y = make_data()
+    raw = X * np.array([1e-3, 1.0, 30.0, 1e3, 0.5, 2.0, 7.0, 1e2]) + 5.0
+    est = NonDecomposableClassifier("pauc", random_state=2).fit(raw, y)
+    ids = np.arange(y.shape[0])
+    val = Holdout.draw(y, ids, 2, 0.1, 200_000).mask(y, ids)
+    from nsdist.solvers.scaling import scaling_from_rows
+    scaling = scaling_from_rows(raw[val])
+    manual = NonDecomposableClassifier("pauc", random_state=2, standardize=False).fit(scaling.apply(raw.copy()), y)
+    w, b = scaling.fold(manual.coef_.ravel(), float(manual.intercept_[0]))
+    np.testing.assert_array_equal(est.coef_.ravel(), w)
+    assert float(est.intercept_[0]) == b
+    assert NonDecomposableClassifier("pauc", fit_intercept=False).fit(raw, y).intercept_[0] == 0.0

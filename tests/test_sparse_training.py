@@ -28,7 +28,8 @@ def sparse_data(n=1200, d=60, density=0.08, seed=0):
 @pytest.mark.parametrize("measure, params", MEASURES, ids=[m for m, _ in MEASURES])
 def test_estimator_on_csr_equals_dense(measure, params, solver):
     X, y = sparse_data()
-    kw = dict(measure=measure, solver=solver, eta=0.5, n_passes=3, buffer_size=100, random_state=1, **params)
+    kw = dict(measure=measure, solver=solver, eta=0.5, n_passes=3, buffer_size=100, random_state=1,
+              standardize=False, **params)
     dense = NonDecomposableClassifier(**kw).fit(X.toarray(), y)
     csr = NonDecomposableClassifier(**kw).fit(X, y)
     np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=1e-9, atol=1e-12)
@@ -38,8 +39,8 @@ def test_estimator_on_csr_equals_dense(measure, params, solver):
 
 def test_estimator_defaults_select_on_csr_as_on_dense():
     X, y = sparse_data(n=2000)
-    dense = NonDecomposableClassifier("prbep").fit(X.toarray(), y)
-    csr = NonDecomposableClassifier("prbep").fit(X, y)
+    dense = NonDecomposableClassifier("prbep", standardize=False).fit(X.toarray(), y)
+    csr = NonDecomposableClassifier("prbep", standardize=False).fit(X, y)
     assert [r["name"] for r in csr.selection_ if r["selected"]] == [r["name"] for r in dense.selection_ if r["selected"]]
     np.testing.assert_allclose(csr.coef_, dense.coef_, rtol=1e-7, atol=1e-10)
     assert csr.score(X, y) == pytest.approx(dense.score(X.toarray(), y), abs=1e-12)
@@ -73,7 +74,7 @@ def test_engine_trains_a_sparse_dataset_as_the_dense_one(cluster, both_layouts, 
     sparse_model = train(urls["sparse"], client=cluster, standardize=False, **kw)
     dense_model = train(urls["dense"], client=cluster, standardize=False, **kw)
     np.testing.assert_allclose(sparse_model.coef, dense_model.coef, rtol=1e-9, atol=1e-12)
-    est = NonDecomposableClassifier(**kw).fit(X, y)          # the same rows, in memory, as CSR
+    est = NonDecomposableClassifier(**kw, standardize=False).fit(X, y)      # the same rows, in memory, as CSR
     np.testing.assert_allclose(sparse_model.coef, est.coef_.ravel(), rtol=1e-9, atol=1e-12)
 
 

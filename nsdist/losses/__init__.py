@@ -9,6 +9,7 @@ name       parameters            surrogate of
 "prec@k"   k (required)          ``1 - Prec@k`` (:class:`PrecisionAtKLoss`)
 "prbep"    --                    ``1 - PRBEP`` (:class:`PRBEPLoss`)
 "f1"       --                    ``1 - F1`` (:class:`F1Loss`)
+"logloss"  --                    a ranking (:class:`LogLoss`, logistic regression's)
 ========== ===================== ====================================================
 """
 from __future__ import annotations
@@ -17,15 +18,16 @@ import inspect
 
 from .base import Loss
 from .pauc import SURROGATES, AUCLoss, PartialAUCLoss
+from .pointwise import LogLoss
 from .structural import F1Loss, PrecisionAtKLoss, PRBEPLoss
 
 __all__ = [
     "get", "NAMES", "SURROGATES", "Loss",
-    "PartialAUCLoss", "AUCLoss", "PrecisionAtKLoss", "PRBEPLoss", "F1Loss",
+    "PartialAUCLoss", "AUCLoss", "PrecisionAtKLoss", "PRBEPLoss", "F1Loss", "LogLoss",
 ]
 
 _LOSSES: dict[str, type[Loss]] = {
-    cls.name: cls for cls in (PartialAUCLoss, AUCLoss, PrecisionAtKLoss, PRBEPLoss, F1Loss)
+    cls.name: cls for cls in (PartialAUCLoss, AUCLoss, PrecisionAtKLoss, PRBEPLoss, F1Loss, LogLoss)
 }
 
 #: valid loss names for :func:`get`

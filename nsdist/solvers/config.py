@@ -16,10 +16,11 @@ population trained together (``docs/solvers.md`` §Selection):
   (their subgradient is non-zero on the misranked rows only), which the upper
   decades cover.
 * ``surrogate`` unset: the measure's own surrogate with every ``phi`` for
-  pAUC / AUC (:data:`PAIRWISE_SURROGATES`); for Prec@k, PRBEP and F1 the
-  structural surrogate plus the ranking candidates :data:`RANKING_CANDIDATES`
-  (a good ranking plus the measure's cut is consistent for these measures,
-  Narasimhan et al. 2014; Koyejo et al. 2014).
+  pAUC / AUC (:data:`PAIRWISE_SURROGATES`), plus logistic regression's
+  point-wise loss; for Prec@k, PRBEP and F1 the structural surrogate plus the
+  ranking candidates :data:`RANKING_CANDIDATES` (a good ranking plus the
+  measure's cut is consistent for these measures, Narasimhan et al. 2014;
+  Koyejo et al. 2014).
 * ``n_passes`` unset: early stopping on the exact measure of the validation
   rows, up to ``max_passes``.
 """
@@ -32,13 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from .. import losses
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 from .kernel import Population
 from .measure import get_measure, make_loss
+from .scaling import Scaling, scaling_from_rows
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
-           "RANKING_CANDIDATES", "DEFAULTS"]
+           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "DEFAULTS"]
 
 #: the solvers (docs/solvers.md)
 SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
@@ -49,7 +52,10 @@ STEP_SCALES = (0.1, 1.0, 10.0, 100.0, 1000.0)
 #: ``phi`` of the pairwise candidates (pAUC, AUC)
 PAIRWISE_SURROGATES = ("hinge", "logistic", "squared_hinge", "sigmoid")
 #: ranking candidates for the thresholded / structural measures: (loss name, params)
-RANKING_CANDIDATES = (("auc", {"surrogate": "logistic"}), ("pauc", {"beta": 0.1, "surrogate": "hinge"}))
+RANKING_CANDIDATES = (("auc", {"surrogate": "logistic"}), ("pauc", {"beta": 0.1, "surrogate": "hinge"}),
+                      ("logloss", {}))
+#: ranking candidates beside the pairwise measures' own surrogates
+PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
 #: steps (epochs) of the default pass budget and of the check interval
 MAX_STEPS, CHECK_STEPS = 20_000, 50
 #: improvement of the validation measure that resets the early-stopping count
@@ -59,7 +65,7 @@ MIN_DELTA = 1e-4
 DEFAULTS: dict[str, Any] = dict(
     measure="pauc", beta=0.1, k=None, surrogate=None, solver="1pmb", buffer_size=500, eta=None,
     radius=None, alpha=1e-4, n_passes=None, max_passes=None, max_iter=200, tol=1e-3, average=True,
-    shuffle=True, fit_intercept=True, validation_fraction=0.1, validation_max_rows=200_000,
+    shuffle=True, fit_intercept=True, standardize=True, validation_fraction=0.1, validation_max_rows=200_000,
     n_iter_no_change=5, random_state=0,
 )
 
@@ -142,6 +148,7 @@ class TrainConfig:
     average: bool = True
     shuffle: bool = True
     fit_intercept: bool = True
+    standardize: bool = True
     validation_fraction: float = 0.1
     validation_max_rows: int = 200_000
     n_iter_no_change: int = 5
@@ -181,11 +188,12 @@ class TrainConfig:
         vf = p["validation_fraction"]
         if isinstance(vf, bool) or not isinstance(vf, Real) or not 0.0 <= float(vf) < 1.0:
             raise ValueError(f"validation_fraction must be a number in [0, 1), got {vf!r}")
-        for name in ("average", "shuffle", "fit_intercept"):
+        for name in ("average", "shuffle", "fit_intercept", "standardize"):
             if not isinstance(p[name], (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {p[name]!r}")
         p.update(measure=measure, validation_fraction=float(vf), average=bool(p["average"]),
-                 shuffle=bool(p["shuffle"]), fit_intercept=bool(p["fit_intercept"]))
+                 shuffle=bool(p["shuffle"]), fit_intercept=bool(p["fit_intercept"]),
+                 standardize=bool(p["standardize"]))
         return cls(**p)
 
     def params(self) -> dict[str, Any]:
@@ -253,14 +261,17 @@ class TrainConfig:
             kinds.append((measure.name, {**own_params, "surrogate": self.surrogate or "hinge"}, True))
         elif measure.pairwise:
             kinds += [(measure.name, {**own_params, "surrogate": phi}, True) for phi in PAIRWISE_SURROGATES]
+            kinds += [(name, dict(params), False) for name, params in PAIRWISE_RANKING_CANDIDATES]
         else:
             kinds.append((measure.name, {**own_params, "surrogate": "hinge"}, True))
             kinds += [(name, dict(params), False) for name, params in RANKING_CANDIDATES]
         candidates = []
         for name, params, own in kinds:
-            loss = (make_loss(name, beta=params.get("beta", 0.1), k=params.get("k"),
-                              surrogate=params.get("surrogate", "hinge")))
-            label = name if not measure.pairwise and own else f"{name}/{params.get('surrogate', 'hinge')}"
+            if own:
+                loss = make_loss(name, beta=params["beta"], k=params["k"], surrogate=params["surrogate"])
+            else:
+                loss = losses.get(name, **params)
+            label = name if (own and not measure.pairwise) or "surrogate" not in params else f"{name}/{params['surrogate']}"
             for c in scales:
                 eta = float(self.eta) if c is None else c / float(mean_sq_norm)
                 tag = label if c is None else f"{label}@{c:g}"
@@ -282,6 +293,17 @@ class TrainConfig:
         """The candidates as the kernel's :class:`~nsdist.solvers.kernel.Population`."""
         return Population(tuple(c.loss for c in self.candidates), tuple(c.eta for c in self.candidates),
                           tuple(c.learn_b for c in self.candidates))
+
+    def scaling_for(self, X) -> Scaling | None:
+        """The feature scaling of a run whose moments come from the rows ``X`` (None: ``standardize=False``).
+
+        Sparse rows are scaled without centring; so are all rows when
+        ``fit_intercept=False`` -- centring is an intercept in disguise, and
+        the folded model must keep ``b = 0``.
+        """
+        if not self.standardize:
+            return None
+        return scaling_from_rows(X, center=False if not self.fit_intercept else None)
 
     @property
     def plug_in(self) -> bool:

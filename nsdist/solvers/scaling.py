@@ -1,0 +1,115 @@
+"""Feature scaling as a preconditioner: :class:`Scaling`, and its moments from rows in memory.
+
+Data stays raw: rows are scaled as they are loaded, and a model trained on
+scaled rows is folded back exactly into a model on the raw features::
+
+    w . (x - mean) / scale + b  =  (w / scale) . x  +  (b - (w / scale) . mean)
+
+Dense rows are centred and scaled; sparse rows (CSR) are **scaled only, never
+centred** -- centring would turn every zero into ``-mean / scale`` and densify
+them (scikit-learn's ``StandardScaler(with_mean=False)``), and ``mean`` is then
+all zeros::
+
+    w . (x / scale) + b  =  (w / scale) . x  +  b
+
+A feature that is constant (or never present) has ``scale = 1``.  Any scaling
+is a valid preconditioner -- the fold is exact -- so the moments may come from
+a sample of the rows (the validation rows, or a sample of whole partitions;
+``docs/engine.md``) as well as from all of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["Scaling", "scaling_from_rows", "row_moments"]
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Per-feature ``mean`` and ``scale`` (the standard deviation; 1 for a constant feature).
+
+    ``centered=False`` (scale-only, for sparse data): ``mean`` is all zeros and
+    :meth:`apply` only divides.
+    """
+
+    mean: np.ndarray
+    scale: np.ndarray
+    centered: bool = True
+
+    def apply(self, X):
+        """``(X - mean) / scale`` (or ``X / scale`` when not centred) in ``X``'s dtype, in place.
+
+        ``X``: a dense ndarray, or a scipy CSR/CSC matrix (its stored values are
+        divided; its sparsity pattern is kept). Returns ``X``.
+
+        Raises
+        ------
+        ValueError
+            For a sparse ``X`` with a centring scaling (it would densify).
+        """
+        if sp.issparse(X):
+            if self.centered and np.any(self.mean):
+                raise ValueError("cannot centre a sparse matrix (it would densify); use a scale-only "
+                                 "Scaling (feature_scaling(..., center=False))")
+            X = X if X.format in ("csr", "csc") else X.tocsr()
+            inverse = (1.0 / self.scale).astype(X.dtype, copy=False)
+            if X.format == "csr":
+                X.data *= inverse[X.indices]
+            else:
+                X.data *= np.repeat(inverse, np.diff(X.indptr))
+            return X
+        if self.centered:
+            X -= self.mean.astype(X.dtype, copy=False)
+        X /= self.scale.astype(X.dtype, copy=False)
+        return X
+
+    def fold(self, w: np.ndarray, b: float) -> tuple[np.ndarray, float]:
+        """The raw-feature model equal to ``(w, b)`` on scaled features.
+
+        ``w`` of shape ``(d,)``, or ``(d, M)`` with ``b`` of shape ``(M,)`` for a
+        population of models.
+        """
+        w = np.asarray(w)
+        scale = self.scale if w.ndim == 1 else self.scale[:, None]
+        coef = w / scale
+        if w.ndim == 1:
+            return coef, float(b - coef @ self.mean)
+        return coef, np.asarray(b, dtype=np.float64) - self.mean @ coef
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean.tolist(), "scale": self.scale.tolist(), "centered": self.centered}
+
+
+def scaling_from_rows(X, *, center: bool | None = None) -> Scaling:
+    """The :class:`Scaling` of in-memory rows (a sample, or a whole training set).
+
+    ``center`` defaults to not ``sparse``, as :func:`feature_scaling`.  Any
+    scaling is a valid preconditioner -- the trained model is folded back
+    exactly -- so moments taken on a sample of the rows serve as well as the
+    whole dataset's.
+    """
+    center = not sp.issparse(X) if center is None else center
+    n, mean, m2 = row_moments(X.astype(np.float64))
+    std = np.sqrt(m2 / max(n, 1))
+    scale = np.where(std > 0, std, 1.0)
+    return Scaling(mean=mean if center else np.zeros_like(mean), scale=scale, centered=center)
+
+
+def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
+    """Row count, mean and sum of squared deviations of every column of ``X`` (dense or sparse)."""
+    n = X.shape[0]
+    if sp.issparse(X):
+        X = X.tocsr()                           # CSR: ``indices`` are the columns
+        d = X.shape[1]
+        col = X.indices
+        mean = np.bincount(col, weights=X.data, minlength=d) / max(n, 1)
+        stored = np.bincount(col, minlength=d)
+        # stored entries about the mean, plus the implicit zeros, each (0 - mean)^2
+        m2 = np.bincount(col, weights=(X.data - mean[col]) ** 2, minlength=d)
+        m2 += (n - stored) * mean ** 2
+        return n, mean, m2
+    mean = X.mean(axis=0)
+    return n, mean, ((X - mean) ** 2).sum(axis=0)
