@@ -74,8 +74,13 @@ def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: 
 
 def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str):
     """The validation rows (raw features), in file order, on the driver."""
-    parts = client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
-                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype, pure=False))
+    return _stack(client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
+                                           range(len(dataset.partitions)), holdout=holdout, dtype=dtype,
+                                           pure=False)))
+
+
+def _stack(parts: list) -> tuple:
+    """``(X, y)`` blocks concatenated in order (CSR blocks stay CSR)."""
     Xs = [p[0] for p in parts]
     if any(hasattr(x, "tocsr") for x in Xs):
         import scipy.sparse as sp
@@ -103,11 +108,5 @@ def _read(dataset: Dataset, partition: int, dtype: str):
 
 def read_sample(client: Client, dataset: Dataset, partitions: list[int], *, dtype: str):
     """The raw rows of ``partitions`` on the driver, concatenated in the given order."""
-    parts = client.gather(client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype, pure=False))
-    Xs = [p[0] for p in parts]
-    if any(hasattr(x, "tocsr") for x in Xs):
-        import scipy.sparse as sp
-        X = sp.vstack(Xs, format="csr")
-    else:
-        X = np.concatenate(Xs)
-    return X, np.concatenate([p[1] for p in parts])
+    return _stack(client.gather(client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype,
+                                           pure=False)))
