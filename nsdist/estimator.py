@@ -259,10 +259,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         eta = default_eta(cfg.solver, cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)
         loss = make_loss(cfg.measure, beta=cfg.beta, k=cfg.train_k, surrogate=cfg.surrogate or "hinge")
         learn_b = cfg.fit_intercept and get_measure(cfg.measure).thresholded
-        validate = None
-        if validation is not None:
-            Xv, yv = validation
-            validate = lambda w, b: self._measure_of(yv, np.asarray(Xv @ w.astype(Xv.dtype)) + b)  # noqa: E731
+        validate = None if validation is None else self._validator(validation)
         if sp.issparse(X) and cfg.solver != "psg":
             raise ValueError(f"solver={cfg.solver!r} needs dense X; sparse input trains with '1pmb', '2pmb' or 'psg'")
         if cfg.solver == "psg":
