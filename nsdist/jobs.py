@@ -27,6 +27,9 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .solvers.config import SOLVERS
+from .solvers.measure import MEASURES as MEASURE_TABLE
+
 __all__ = ["JobError", "TrainJob", "DatasetSpec", "IngestSpec", "MeasureSpec", "SolverSpec", "ClusterSpec",
            "OutputSpec", "load_job", "read_job_file", "safe_yaml", "job_from_dict", "validate", "parse_overrides",
            "apply_overrides", "default_run_dir", "with_storage_options", "parse_storage_options"]
@@ -103,14 +106,15 @@ class DatasetSpec(_Section):
         return self
 
 
-MEASURES = ("pauc", "auc", "prec@k", "prbep", "f1")
-SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
+#: the names the schema accepts: the measure table's and the solvers' (nsdist/solvers/measure.py, config.py)
+_MEASURE_NAME = Literal[tuple(MEASURE_TABLE)]
+_SOLVER_NAME = Literal[SOLVERS]
 
 
 class MeasureSpec(_Section):
     """The measure optimised (and reported first)."""
 
-    name: Literal["pauc", "auc", "prec@k", "prbep", "f1"] = Field("pauc", description="measure to optimise")
+    name: _MEASURE_NAME = Field("pauc", description="measure to optimise")
     beta: float | None = Field(None, gt=0, le=1, description="pAUC(0, beta) (pauc only)")
     k: Union[Annotated[int, Field(ge=1)], Annotated[float, Field(gt=0, le=1)], None] = Field(
         None, description="Prec@k: a number of rows >= 1, or a fraction of the rows in (0, 1]")
@@ -126,7 +130,7 @@ class MeasureSpec(_Section):
 class SolverSpec(_Section):
     """The optimiser; every key left out takes the estimator's default."""
 
-    name: Literal["1pmb", "2pmb", "ftrl", "psg", "cp"] | None = Field(None, description="solver")
+    name: _SOLVER_NAME | None = Field(None, description="solver")
     surrogate: Literal["hinge", "logistic", "squared_hinge", "sigmoid"] | None = Field(
         None, description="pauc/auc surrogate (unset: chosen in the fit)")
     eta: float | None = Field(None, gt=0, description="step size (1PMB/2PMB: eta / sqrt(epoch); unset: chosen in the fit)")

@@ -30,23 +30,22 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import __version__, metrics
+from . import __version__
+from .solvers.measure import MEASURES, RESULT_KEYS, all_measures
 from .data.fs import atomic_write_bytes, read_bytes, redact_job, scrub
 
 __all__ = ["RunDir", "RunLog", "MEASURE_KEYS", "measure_label", "measures_table", "measures_of", "curve_png",
            "to_json"]
 
-#: the key of each measure in :func:`nsdist.evaluate`'s result
-MEASURE_KEYS = {"pauc": "partial_auc", "auc": "auc", "prec@k": "precision_at_k", "prbep": "prbep",
-                "f1": "f1_score"}
+#: the key of each measure in :func:`nsdist.evaluate`'s result (the measure table's)
+MEASURE_KEYS = RESULT_KEYS
 _COLUMNS = tuple(MEASURE_KEYS.values())
+_BY_KEY = {m.result_key: m for m in MEASURES.values()}
 
 
 def measure_label(key: str, *, beta: float | None = None, k: int | float | None = None) -> str:
     """A short title for a result key (``partial_auc`` with ``beta=0.1`` -> ``pAUC(0,0.1)``)."""
-    return {"partial_auc": f"pAUC(0,{beta:g})" if beta is not None else "pAUC",
-            "auc": "AUC", "precision_at_k": f"Prec@{k:g}" if k is not None else "Prec@k",
-            "prbep": "PRBEP", "f1_score": "F1"}[key]
+    return _BY_KEY[key].title(beta=beta, k=k)
 
 
 def measures_table(results: dict[str, dict], extra: dict[str, dict[str, str]] | None = None) -> str:
@@ -70,9 +69,7 @@ def measures_table(results: dict[str, dict], extra: dict[str, dict[str, str]] | 
 
 def measures_of(y, s, *, beta: float, k: int | float, threshold: float = 0.0) -> dict:
     """Every measure of scores ``s`` on labels ``y`` in memory, keyed as :func:`nsdist.evaluate` keys them."""
-    return {"auc": metrics.auc(y, s), "partial_auc": metrics.partial_auc(y, s, beta),
-            "precision_at_k": metrics.precision_at_k(y, s, k), "prbep": metrics.prbep(y, s),
-            "f1_score": metrics.f1_score(y, s, threshold), "n_rows": int(len(y)),
+    return {**all_measures(y, s, beta=beta, k=k, threshold=threshold), "n_rows": int(len(y)),
             "n_positives": int(np.sum(np.asarray(y) > 0)), "beta": beta, "k": k}
 
 

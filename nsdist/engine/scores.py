@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import metrics
+from ..solvers.measure import all_measures
 from .._validation import check_beta, resolve_k
 from ..data.scoring import sparse_rows
 
@@ -41,9 +41,7 @@ def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int |
         raise ValueError(f"{where} has no {'positive' if n_pos == 0 else 'negative'} rows; the measures "
                          "need both classes")
     K = resolve_k(n_pos / n if k is None else k, n)
-    return {"auc": metrics.auc(y, s), "partial_auc": metrics.partial_auc(y, s, beta),
-            "precision_at_k": metrics.precision_at_k(y, s, K), "prbep": metrics.prbep(y, s),
-            "f1_score": metrics.f1_score(y, s, threshold),
+    return {**all_measures(y, s, beta=beta, k=K, threshold=threshold),
             "n_rows": int(n), "n_positives": n_pos, "beta": beta, "k": int(K)}
 
 

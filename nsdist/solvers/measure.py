@@ -35,8 +35,8 @@ from .. import losses, metrics
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 
-__all__ = ["Measure", "MEASURES", "get_measure", "make_loss", "measure_function", "learns_intercept",
-           "cut_intercept", "result_key"]
+__all__ = ["Measure", "MEASURES", "RESULT_KEYS", "get_measure", "make_loss", "measure_function",
+           "learns_intercept", "cut_intercept", "result_key", "all_measures"]
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
@@ -64,6 +64,14 @@ class Measure:
     pairwise: bool
     thresholded: bool
 
+    def title(self, *, beta: float | None = None, k: int | float | None = None) -> str:
+        """A short title: ``pAUC(0,0.1)``, ``AUC``, ``Prec@10``, ``PRBEP``, ``F1``."""
+        if self.name == "pauc":
+            return f"pAUC(0,{beta:g})" if beta is not None else "pAUC"
+        if self.name == "prec@k":
+            return f"Prec@{k:g}" if k is not None else "Prec@k"
+        return {"auc": "AUC", "prbep": "PRBEP", "f1": "F1"}[self.name]
+
     def loss(self, *, beta: float = 0.1, k: int | float | None = None, surrogate: str = "hinge") -> Loss:
         """The measure's own surrogate loss (see :func:`make_loss`)."""
         return make_loss(self.name, beta=beta, k=k, surrogate=surrogate)
@@ -81,6 +89,22 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("prbep", "prbep", pairwise=False, thresholded=False),
     Measure("f1", "f1_score", pairwise=False, thresholded=True),
 )}
+
+
+#: measure name -> its key in evaluation results
+RESULT_KEYS: dict[str, str] = {m.name: m.result_key for m in MEASURES.values()}
+
+
+def all_measures(y: np.ndarray, s: np.ndarray, *, beta: float, k: int | float,
+                 threshold: float = 0.0) -> dict[str, float]:
+    """Every measure of the scores ``s`` in memory, keyed by result key (F1 of ``s > threshold``)."""
+    out = {}
+    for m in MEASURES.values():
+        if m.thresholded:
+            out[m.result_key] = metrics.f1_score(y, s, threshold)
+        else:
+            out[m.result_key] = measure_function(m.name, beta=beta, k=k)(y, s)
+    return out
 
 
 def get_measure(measure) -> Measure:
