@@ -31,6 +31,7 @@ from test_engine import letter_arrays, write_parquet
 from nsdist import NonDecomposableClassifier
 from nsdist.api import evaluate, open_dataset, train
 from nsdist.model import LinearModel, load_model
+from nsdist.solvers.plan import holdout_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 FEATURES = [f"f{j}" for j in range(16)]
@@ -78,7 +79,9 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
     """The one error line (``nsdist COMMAND: ...``) of a failed command; log warnings may precede it."""
     assert proc.returncode == code, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
-    (line,) = [line for line in proc.stderr.splitlines() if line.startswith(f"nsdist {proc.args[3]}: ")]
+    prefix = f"nsdist {proc.args[3]}: "
+    (line,) = [line for line in proc.stderr.splitlines()
+               if line.startswith(prefix) and not line.startswith(prefix + "warning: ")]
     return line
 
 
@@ -254,7 +257,7 @@ def test_a_failed_job_leaves_nothing_on_the_cluster_and_a_fixed_copy_trains_on_i
     broken = X.copy()
     broken[1017, 3] = np.nan
     bad, fixed = _plain_parquet(tmp_path / "bad", broken, y), _plain_parquet(tmp_path / "fixed", X, y)
-    params = dict(measure="pauc", solver="1pmb", shuffle=False, buffer_size=500, **TRAIN)
+    params = dict(measure="pauc", solver="1pmb", shuffle=False, buffer_size=500, eta=0.05, **TRAIN)
     with pytest.raises(ValueError, match="bad/part-00002.parquet"):
         train(bad, client=cluster, **params)
     deadline = time.monotonic() + 10
@@ -420,7 +423,9 @@ def test_models_and_checkpoints_are_plain_data(good, rows, cluster, tmp_path, re
     np.testing.assert_array_equal(vec, np.append(trained.coef, trained.intercept))
     checkpoint = json.loads(ckpt.read_text())
     assert checkpoint["position"] == checkpoint["n_steps"] == 6
-    assert len(checkpoint["reservoir"]["X"]) == checkpoint["reservoir"]["n_rare"] == int((rows[1] > 0).sum())
+    n_pos = int((rows[1] > 0).sum())
+    held_out = holdout_sizes(n_pos, rows[1].shape[0] - n_pos, 0.1, 200_000)[0]     # never trained on
+    assert len(checkpoint["reservoir"]["X"]) == checkpoint["reservoir"]["n_rare"] == n_pos - held_out
     reliability("safety", "models and checkpoints are plain data (npy without pickle, JSON)", rejected=False)
 
 
