@@ -30,6 +30,7 @@ from .solvers.config import TrainConfig
 from .solvers.kernel import SGDState
 from .solvers.measure import cut_intercept, get_measure
 from .solvers.plan import rounds, schedule
+from .solvers.scaling import row_moments
 from .solvers.select import Selection
 from .solvers.sgd import drive
 
@@ -90,10 +91,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         must match the dataset's.
     standardize : bool, default True
         Scale every feature on the fly (dense: zero mean and unit variance;
-        sparse: unit variance, no centring), with moments taken on the
-        validation rows (or the sample of a run without them); the returned
-        model is folded back onto the raw features.  Any scaling is a valid
-        preconditioner, so sample moments cost no accuracy and no extra pass.
+        sparse: unit variance, no centring), with the moments of every row
+        taken in the pass that gathers the validation rows (a fixed run: of a
+        sample of whole partitions); the returned model is folded back onto
+        the raw features.  Any scaling is a valid preconditioner.
     dtype : {"float64", "float32"}, default None
         Precision of the feature buffers on the workers; None: the files'
         own (float32 files train in float32 -- half the memory and bandwidth --
@@ -153,26 +154,27 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
             phases: dict, storage_options) -> LinearModel:
     """1PMB / 2PMB over the partition chain: holdout or sample, reservoir, segments and checks, the cut.
 
-    No phase but the chain reads the whole dataset: the class check and the
-    holdout read the label column, the validation rows (or, for a run without
-    one, a sample of whole partitions) give the standardisation moments, the
-    step scale and the ranking cut.
+    No phase but the chain and the validation gather reads the whole dataset:
+    the class check and the holdout read the label column; the gather returns
+    the validation rows and every row's moments; a run without a holdout reads
+    a sample of whole partitions for its moments and its ranking cut.
     """
     t = time.perf_counter()
-    holdout, sample, val = None, None, None
+    holdout, sample, val, moments = None, None, None, None
     if validation is not None:
         val = (np.asarray(validation[0], dtype=dtype).copy(), np.where(np.asarray(validation[1]) > 0, 1, -1))
     elif cfg.selects and cfg.validation_fraction > 0:
         holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
                                max_rows=cfg.validation_max_rows)
-        val = gather_validation(c, ds, holdout, dtype=dtype)
+        val, moments = gather_validation(c, ds, holdout, dtype=dtype)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
-    if not cfg.selects:               # one fixed model: the cut (and without validation rows, the moments)
+    if moments is None or not cfg.selects:  # no pass read every row: a sample gives the moments (and a fixed run's cut)
         parts = sample_partitions(ds, cfg.random_state, cfg.validation_max_rows)
         sample = read_sample(c, ds, parts, dtype=dtype)
+        moments = moments or row_moments(sample[0].astype(np.float64))
         log.info("sample: %d rows of %d partition(s) for the moments and the cut", sample[1].shape[0], len(parts))
     phases["validation_sample"] = time.perf_counter() - t
-    scaling = cfg.scaling_for((val if val is not None else sample)[0])
+    scaling = cfg.scaling_of(moments, sparse=ds.is_sparse)
     if scaling is not None and val is not None:
         val = (scaling.apply(val[0].copy()), val[1])
     n_val = 0 if val is None else val[0].shape[0]

@@ -109,8 +109,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         :func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
     standardize : bool, default True
         Train on scaled features -- dense: zero mean and unit variance; sparse:
-        unit variance, no centring -- with moments taken on the validation rows
-        (else all training rows), and fold the model back onto the raw
+        unit variance, no centring -- with moments of every row of ``X``
+        (``partial_fit``: of the first block), and fold the model back onto the raw
         features (``coef_`` and ``intercept_`` score raw rows).  The same rule
         as :func:`nsdist.train`, so both give the same model.
     validation_fraction : float in [0, 1), default 0.1
@@ -292,8 +292,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if n_val and np.unique(validation[1]).shape[0] < 2:
             # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
             validation = (X, y)
-        # moments from the validation rows (else all rows), as the engine takes them
-        self._scaling = scaling = cfg.scaling_for(validation[0] if n_val else X)
+        # moments of every row (validation rows included), as the engine takes them
+        self._scaling = scaling = cfg.scaling_for(X)
         if scaling is not None:
             X = scaling.apply(X.copy())
             if validation is not None:
@@ -439,11 +439,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         cfg = self.config()
         self._rows, self._next_block, self.n_iter_, self.history_ = 0, 0, 0, History()
         self.selection_, self.validation_curve_, self._validation, self._scaling = None, [], None, None
-        if cfg.standardize:       # moments from the first block (its validation rows when it holds out)
-            rows = np.arange(X.shape[0])
-            if cfg.streaming and cfg.selects:
-                rows = np.flatnonzero(self._block_holdout(cfg, y, rows).mask(y, rows))
-            self._scaling = cfg.scaling_for(X[rows] if rows.size else X)
+        self._scaling = cfg.scaling_for(X)          # moments of the first block
         if cfg.solver == "ftrl":
             self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
             eta = default_eta("ftrl", cfg.measure, X.shape[1]) if cfg.eta is None else float(cfg.eta)

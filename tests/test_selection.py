@@ -183,16 +183,17 @@ def test_cp_returns_its_last_iterate_as_svmperf_does():
     assert not np.array_equal(res.last_coef, res.coef) or res.converged
 
 
-def test_standardize_is_the_selection_on_rows_scaled_by_the_validation_moments():
+def test_standardize_is_the_selection_on_rows_scaled_by_every_rows_moments():
     X, y = make_data()
     raw = X * np.array([1e-3, 1.0, 30.0, 1e3, 0.5, 2.0, 7.0, 1e2]) + 5.0
+    raw = np.hstack([raw, np.full((raw.shape[0], 1), -0.0023)])     # a constant column: left unscaled
     est = NonDecomposableClassifier("pauc", random_state=2).fit(raw, y)
-    ids = np.arange(y.shape[0])
-    val = Holdout.draw(y, ids, 2, 0.1, 200_000).mask(y, ids)
     from nsdist.solvers.scaling import scaling_from_rows
-    scaling = scaling_from_rows(raw[val])
+    scaling = scaling_from_rows(raw)
+    assert scaling.scale[-1] == 1.0
     manual = NonDecomposableClassifier("pauc", random_state=2, standardize=False).fit(scaling.apply(raw.copy()), y)
     w, b = scaling.fold(manual.coef_.ravel(), float(manual.intercept_[0]))
     np.testing.assert_array_equal(est.coef_.ravel(), w)
     assert float(est.intercept_[0]) == b
+    assert np.all(np.abs(est.coef_) < 1e6)
     assert NonDecomposableClassifier("pauc", fit_intercept=False).fit(raw, y).intercept_[0] == 0.0

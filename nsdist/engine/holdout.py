@@ -8,13 +8,15 @@ validation rows' features:
 2. each partition's ``v_c`` smallest :func:`~nsdist.solvers.order.holdout_keys`
    per class; merged, they fix the cuts of :class:`~nsdist.solvers.plan.Holdout`
    -- exactly the holdout :meth:`Holdout.draw` computes on the same rows in memory;
-3. the validation rows themselves, gathered on the driver in file order.
+3. the validation rows themselves, gathered on the driver in file order,
+   with the column moments of every row (the standardisation's).
 
-A run without a holdout (``eta`` and ``n_passes`` set) reads a *sample* instead:
-whole partitions, drawn by seed, up to ``max_rows`` rows, in file order
-(:func:`sample_partitions`).  It gives the standardisation moments and the
-place of a ranking model's cut without a pass over the whole dataset; on a
-dataset of at most ``max_rows`` rows it is the whole dataset, and both are exact.
+A run without a holdout (``eta`` and ``n_passes`` set, or validation rows
+given) reads a *sample* instead: whole partitions, drawn by seed, up to
+``max_rows`` rows, in file order (:func:`sample_partitions`).  It gives the
+standardisation moments and the place of a ranking model's cut without a pass
+over the whole dataset; on a dataset of at most ``max_rows`` rows it is the
+whole dataset, and both are exact.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from distributed import Client
 from ..data import Dataset
 from ..solvers.order import holdout_keys
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
+from ..solvers.scaling import merge_moments, row_moments
 
 __all__ = ["class_counts", "plan_holdout", "gather_validation", "sample_partitions", "read_sample"]
 
@@ -69,14 +72,20 @@ def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: 
     X, y = dataset.read_partition(partition, dtype=dtype)
     ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
     rows = np.flatnonzero(holdout.mask(y, ids))
-    return X[rows], y[rows]
+    return X[rows], y[rows], row_moments(X.astype(np.float64))
 
 
 def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str):
-    """The validation rows (raw features), in file order, on the driver."""
-    return _stack(client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
-                                           range(len(dataset.partitions)), holdout=holdout, dtype=dtype,
-                                           pure=False)))
+    """The validation rows (raw features), in file order, on the driver, and the moments of every row.
+
+    The pass reads every partition anyway (the validation rows are spread
+    over all of them), so it also returns the column moments ``(n, mean, m2)``
+    of all rows, merged in file order: standardisation costs no pass of its own.
+    """
+    parts = client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
+                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype, pure=False))
+    X, y = _stack(parts)
+    return (X, y), merge_moments([p[2] for p in parts])
 
 
 def _stack(parts: list) -> tuple:

@@ -31,9 +31,10 @@ import numpy as np
 from distributed import Client
 
 from ..data import Dataset
-from ..solvers.scaling import Scaling, row_moments, scaling_from_rows
+from ..solvers.scaling import Scaling, merge_moments, row_moments, scaling_from_moments, scaling_from_rows
 
-__all__ = ["Scaling", "feature_scaling", "scaling_from_rows", "row_moments"]
+__all__ = ["Scaling", "feature_scaling", "scaling_from_rows", "scaling_from_moments", "merge_moments",
+           "row_moments"]
 
 
 def _moments(dataset: Dataset, partition: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -65,15 +66,4 @@ def feature_scaling(client: Client, dataset: Dataset, *, center: bool | None = N
                          "standardisation of sparse data scales only (center=False)")
     parts = client.gather(client.map(_moments, [dataset] * len(dataset.partitions),
                                      range(len(dataset.partitions)), pure=False))
-    n, mean, m2 = parts[0]
-    for n_b, mean_b, m2_b in parts[1:]:
-        delta = mean_b - mean
-        total = n + n_b
-        mean = mean + delta * (n_b / total)
-        m2 = m2 + m2_b + delta ** 2 * (n * n_b / total)
-        n = total
-    std = np.sqrt(m2 / n)
-    scale = np.where(std > 0, std, 1.0)
-    if not center:
-        return Scaling(mean=np.zeros_like(mean), scale=scale, centered=False)
-    return Scaling(mean=mean, scale=scale)
+    return scaling_from_moments(*merge_moments(parts), center=center)

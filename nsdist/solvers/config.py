@@ -32,13 +32,14 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import losses
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 from .kernel import Population
 from .measure import get_measure, make_loss
-from .scaling import Scaling, scaling_from_rows
+from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
            "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "DEFAULTS"]
@@ -295,7 +296,11 @@ class TrainConfig:
                           tuple(c.learn_b for c in self.candidates))
 
     def scaling_for(self, X) -> Scaling | None:
-        """The feature scaling of a run whose moments come from the rows ``X`` (None: ``standardize=False``).
+        """The feature scaling of a run trained on the rows ``X`` (None: ``standardize=False``)."""
+        return self.scaling_of(row_moments(X.astype(np.float64)), sparse=sp.issparse(X))
+
+    def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
+        """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).
 
         Sparse rows are scaled without centring; so are all rows when
         ``fit_intercept=False`` -- centring is an intercept in disguise, and
@@ -303,7 +308,7 @@ class TrainConfig:
         """
         if not self.standardize:
             return None
-        return scaling_from_rows(X, center=False if not self.fit_intercept else None)
+        return scaling_from_moments(*moments, center=self.fit_intercept and not sparse)
 
     @property
     def plug_in(self) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Scaling", "scaling_from_rows", "row_moments"]
+__all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "merge_moments", "row_moments"]
 
 
 @dataclass(frozen=True)
@@ -86,16 +86,38 @@ class Scaling:
 def scaling_from_rows(X, *, center: bool | None = None) -> Scaling:
     """The :class:`Scaling` of in-memory rows (a sample, or a whole training set).
 
-    ``center`` defaults to not ``sparse``, as :func:`feature_scaling`.  Any
-    scaling is a valid preconditioner -- the trained model is folded back
-    exactly -- so moments taken on a sample of the rows serve as well as the
-    whole dataset's.
+    ``center`` defaults to not ``sparse``.  Any scaling is a valid
+    preconditioner -- the trained model is folded back exactly.
     """
     center = not sp.issparse(X) if center is None else center
-    n, mean, m2 = row_moments(X.astype(np.float64))
+    return scaling_from_moments(*row_moments(X.astype(np.float64)), center=center)
+
+
+def scaling_from_moments(n: int, mean: np.ndarray, m2: np.ndarray, *, center: bool) -> Scaling:
+    """The :class:`Scaling` of ``n`` rows with column means ``mean`` and squared deviations ``m2``.
+
+    A column whose standard deviation is 0, or below ``1e-10 |mean|`` (a
+    constant column whose moments carry rounding), keeps ``scale = 1``:
+    dividing by a rounding error would blow its values up.
+    """
     std = np.sqrt(m2 / max(n, 1))
-    scale = np.where(std > 0, std, 1.0)
+    constant = (std == 0) | (std <= 1e-10 * np.abs(mean))
+    scale = np.where(constant, 1.0, std)
     return Scaling(mean=mean if center else np.zeros_like(mean), scale=scale, centered=center)
+
+
+def merge_moments(parts: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
+    """The moments of the union of row blocks, combined in order (Chan, Golub & LeVeque's update)."""
+    n, mean, m2 = parts[0]
+    for n_b, mean_b, m2_b in parts[1:]:
+        total = n + n_b
+        if n_b == 0:
+            continue
+        delta = mean_b - mean
+        mean = mean + delta * (n_b / total)
+        m2 = m2 + m2_b + delta ** 2 * (n * n_b / total)
+        n = total
+    return n, mean, m2
 
 
 def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
