@@ -3,7 +3,7 @@
 For every loss of ``nsdist.losses`` at buffer sizes 500, 5 000 and 50 000
 (d = 100, 1% positives, float32), time
 
-* ``value_and_grad(X, y, w)`` -- the SPEC §3 entry point (validates ``X``);
+* ``value_and_grad(X, y, w)`` -- the docs/surrogates.md §Interface entry point (validates ``X``);
 * ``value_and_dscore(X @ w, y)`` and ``X.T @ dscore`` -- what the solvers run;
 * ``check_matrix(X)`` -- the validation alone,
 

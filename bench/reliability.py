@@ -68,7 +68,7 @@ def write_parquet(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int) 
 
 
 def probe_f1_without_positives(tmp: Path, scheduler: str) -> dict:
-    """``train(measure="f1", solver="1pmb")`` on data with no positive row (SPEC §1: a ValueError)."""
+    """``train(measure="f1", solver="1pmb")`` on data with no positive row (docs/measures.md §Labels: a ValueError)."""
     from distributed import Client
 
     from nsdist.api import train

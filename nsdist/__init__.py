@@ -1,6 +1,6 @@
 """nsdist: stochastic optimisation of non-decomposable measures (pAUC, Prec@k, PRBEP, F1) on Dask.
 
-The public surface (SPEC §6): :class:`NonDecomposableClassifier`, :func:`ingest`,
+The public surface (docs/engine.md §Public surface): :class:`NonDecomposableClassifier`, :func:`ingest`,
 :func:`train`, :func:`evaluate`, :func:`load_model`, and the modules
 :mod:`nsdist.metrics` and :mod:`nsdist.losses`.
 

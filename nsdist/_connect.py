@@ -40,7 +40,7 @@ class UnguardedScriptError(SystemExit):
 def connect(client: Client | str | None = None, *, n_workers: int | None = None,
             memory_limit: str | int | None = "auto", security: Security | None = None, processes: bool = True,
             threads_per_worker: int = 1, quiet: bool = False) -> Iterator[Client]:
-    """Yield a :class:`distributed.Client` for the job (SPEC §5).
+    """Yield a :class:`distributed.Client` for the job (docs/engine.md §Cluster).
 
     Parameters
     ----------

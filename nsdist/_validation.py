@@ -1,4 +1,4 @@
-"""Input checks shared by every layer (SPEC §1).
+"""Input checks shared by every layer (docs/measures.md §Labels).
 
 Every function here either returns a clean array / number or raises a
 ``ValueError`` whose message says *what* is wrong and *where* (the argument
@@ -15,7 +15,7 @@ __all__ = ["as_pm1_labels", "check_scores", "check_matrix", "ceil9", "resolve_k"
 
 
 def ceil9(x: float) -> int:
-    """``ceil`` of ``x`` after rounding to 9 decimals (SPEC §2: ``ceil(0.1 * 30) == 3``)."""
+    """``ceil`` of ``x`` after rounding to 9 decimals (docs/measures.md §Rounding: ``ceil(0.1 * 30) == 3``)."""
     return int(math.ceil(round(float(x), 9)))
 
 
@@ -31,7 +31,7 @@ def _first_bad(mask: np.ndarray) -> int:
 def as_pm1_labels(y, *, name: str = "y") -> np.ndarray:
     """Validate labels and map them to ``int8`` values in ``{-1, +1}``.
 
-    Accepted encodings (SPEC §1): ``{-1, +1}``, ``{0, 1}`` or bool; ``+1`` / ``1`` /
+    Accepted encodings (docs/measures.md §Labels): ``{-1, +1}``, ``{0, 1}`` or bool; ``+1`` / ``1`` /
     ``True`` is the positive class.
 
     Raises
@@ -105,7 +105,7 @@ def check_beta(beta) -> float:
 
 
 def resolve_k(k, n: int) -> int:
-    """Number of top items ``K`` for Prec@k (SPEC §2).
+    """Number of top items ``K`` for Prec@k (docs/measures.md §Precision at k).
 
     ``K = k`` for an integer ``1 <= k <= n``; ``K = ceil9(k * n)`` for a float in (0, 1].
     """

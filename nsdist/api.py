@@ -1,4 +1,4 @@
-"""The Python entry points of a job: ``ingest``, ``train``, ``evaluate``, ``load_model`` (SPEC §6).
+"""The Python entry points of a job: ``ingest``, ``train``, ``evaluate``, ``load_model`` (docs/engine.md §Public surface).
 
 ``train`` and ``evaluate`` run on a Dask cluster: an embedded ``LocalCluster``
 when ``client`` is None, a scheduler address, or a ``distributed.Client``.
@@ -311,7 +311,7 @@ def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",
              feature_columns=None, storage_options: dict | None = None, threshold: float = 0.0) -> dict:
-    """Every SPEC §2 measure of ``model`` on ``dataset``, exact and out of core.
+    """Every measure of docs/measures.md of ``model`` on ``dataset``, exact and out of core.
 
     Returns a dict with ``auc``, ``partial_auc`` (at the model's ``beta``, else
     0.1), ``precision_at_k`` (at the model's ``k``, else the positive rate),

@@ -1,13 +1,13 @@
-"""Non-decomposable performance measures (SPEC §2).
+"""Non-decomposable performance measures (docs/measures.md).
 
 Every measure takes labels ``y`` (``{-1,+1}``, ``{0,1}`` or bool; ``+1`` is the
 positive class) and real scores ``s`` of the same length, and returns a Python
 ``float`` in ``[0, 1]``, higher is better.  Ties in the scores are never broken
 by position: a value is its expectation over a uniformly random order of the
-tied items (SPEC §1).
+tied items (docs/measures.md §Ties).
 
 =====================  ===========================  ================================
-measure                needs                        definition (SPEC §2)
+measure                needs                        definition (docs/measures.md)
 =====================  ===========================  ================================
 :func:`auc`            a positive and a negative    Wilcoxon-Mann-Whitney, ties 1/2
 :func:`partial_auc`    a positive and a negative    AUC against the top
@@ -60,7 +60,7 @@ def pair_credit(sorted_pos_scores: np.ndarray, s: np.ndarray) -> np.ndarray:
     """AUC credit of each score in ``s`` against the positives.
 
     ``credit(s_j) = #{i pos : s_i > s_j} + 1/2 #{i pos : s_i == s_j}``, the
-    inner sum of the (partial) AUC of SPEC §2 for one negative ``j``.
+    inner sum of the AUC (docs/measures.md §AUC) for one negative ``j``.
 
     Parameters
     ----------
@@ -142,7 +142,7 @@ def expected_top_sum(above: float, tied: float, g: int, q: int, m: int) -> float
 
     Under a uniformly random order of the ``q`` items tied at the cut value,
     each of them is among the top ``m`` with probability ``(m - g) / q``
-    (SPEC §1), so ::
+    (docs/measures.md §Ties), so ::
 
         E[sum_{j in top m} value_j] = above + (m - g) * tied / q
 
@@ -173,7 +173,7 @@ def expected_top_sum(above: float, tied: float, g: int, q: int, m: int) -> float
 
 
 def n_top_negatives(beta: float, n_neg: int) -> int:
-    """``m = ceil(beta * n-)`` of partial AUC, after rounding to 9 decimals (SPEC §2).
+    """``m = ceil(beta * n-)`` of partial AUC, after rounding to 9 decimals (docs/measures.md §Rounding).
 
     At least 1, so that a tiny ``beta > 0`` still selects one negative.
 
@@ -187,7 +187,7 @@ def n_top_negatives(beta: float, n_neg: int) -> int:
 
 def pauc_from_counts(credit2_above: int, n_above: int, n_tied: int, pos_above: int, pos_tied: int,
                      n_pos: int, m: int) -> float:
-    """Partial AUC from integer counts around the cut-off score ``t`` (SPEC §2).
+    """Partial AUC from integer counts around the cut-off score ``t`` (docs/measures.md §Partial AUC).
 
     ``t`` is the ``m``-th highest negative score; ``a = n_above`` negatives
     score above ``t`` and ``g = n_tied`` exactly ``t``, so ``J`` (the ``m``
@@ -226,7 +226,7 @@ def pauc_from_counts(credit2_above: int, n_above: int, n_tied: int, pos_above: i
 
 
 def pauc_from_sorted(sorted_pos_scores: np.ndarray, neg_scores_desc: np.ndarray, m: int) -> float:
-    """Partial AUC against the ``m`` highest-ranked negatives (SPEC §2).
+    """Partial AUC against the ``m`` highest-ranked negatives (docs/measures.md §Partial AUC).
 
     The expectation over a uniformly random order of the tied items of
     ``(1 / (n+ m)) sum_{i pos} sum_{j in J} [i ranked above j]``; see
@@ -283,7 +283,7 @@ def precision_from_sorted(scores_desc: np.ndarray, is_pos_desc: np.ndarray, k_to
 
 
 def f1_from_counts(tp: int, fp: int, fn: int) -> float:
-    """``F1 = 2TP / (2TP + FP + FN)``, and 0 when ``TP = 0`` (SPEC §2).
+    """``F1 = 2TP / (2TP + FP + FN)``, and 0 when ``TP = 0`` (docs/measures.md §F1).
 
     Examples
     --------
@@ -301,7 +301,7 @@ def f1_from_counts(tp: int, fp: int, fn: int) -> float:
 
 
 def _labels_and_scores(y, s) -> tuple[np.ndarray, np.ndarray]:
-    """Validated ``{-1,+1}`` labels and finite scores of the same length (SPEC §1)."""
+    """Validated ``{-1,+1}`` labels and finite scores of the same length (docs/measures.md §Labels)."""
     y = as_pm1_labels(y, name="y")
     return y, check_scores(s, y.shape[0], name="s")
 
@@ -334,7 +334,7 @@ def _pauc(y, s, beta, measure: str) -> float:
 
 
 def auc(y, s) -> float:
-    """Area under the ROC curve: the Wilcoxon-Mann-Whitney statistic (SPEC §2).
+    """Area under the ROC curve: the Wilcoxon-Mann-Whitney statistic (docs/measures.md §AUC).
 
     ``AUC = (1/(n+ n-)) sum_{i pos} sum_{j neg} ([s_i > s_j] + 1/2 [s_i == s_j])``,
     computed in O(n log n).  Equal to ``partial_auc(y, s, beta=1.0)``.
@@ -366,14 +366,14 @@ def auc(y, s) -> float:
 
 
 def partial_auc(y, s, beta: float = 0.1) -> float:
-    """Partial AUC over the top ``beta`` fraction of negatives (SPEC §2).
+    """Partial AUC over the top ``beta`` fraction of negatives (docs/measures.md §Partial AUC).
 
     With ``m = ceil(beta * n-)`` (after rounding the product to 9 decimals) and
     ``J`` the ``m`` highest-ranked negatives::
 
         pAUC = (1/(n+ m)) sum_{i pos} sum_{j in J} [i ranked above j]
 
-    in expectation over a uniformly random order of the tied items (SPEC §1).
+    in expectation over a uniformly random order of the tied items (docs/measures.md §Ties).
     Let ``t`` be the ``m``-th highest negative score.  Pairs whose negative
     scores above ``t`` count 1 if the positive scores higher and 1/2 if it
     ties.  If ``g`` negatives and ``p`` positives score exactly ``t`` and
@@ -427,7 +427,7 @@ def _precision(y: np.ndarray, s: np.ndarray, k_top: int) -> float:
 
 
 def precision_at_k(y, s, k) -> float:
-    """Precision of the ``K`` highest scores (SPEC §2).
+    """Precision of the ``K`` highest scores (docs/measures.md §Precision at k).
 
     ``K = k`` for an int ``k >= 1``; ``K = ceil(k * n)`` (after rounding to 9
     decimals) for a float ``k`` in ``(0, 1]``.  If items tie at the cut-off
@@ -473,7 +473,7 @@ def precision_at_k(y, s, k) -> float:
 
 
 def prbep(y, s) -> float:
-    """Precision-recall break-even point: ``precision_at_k(y, s, n+)`` (SPEC §2).
+    """Precision-recall break-even point: ``precision_at_k(y, s, n+)`` (docs/measures.md §PRBEP).
 
     At ``K = n+`` precision equals recall.
 
@@ -505,7 +505,7 @@ def prbep(y, s) -> float:
 
 
 def f1_score(y, s, threshold: float = 0.0) -> float:
-    """F-measure of the labelling ``s > threshold`` (SPEC §2).
+    """F-measure of the labelling ``s > threshold`` (docs/measures.md §F1).
 
     ``F1 = 2TP / (2TP + FP + FN)``, and 0 when ``TP = 0``.
 

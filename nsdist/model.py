@@ -1,4 +1,4 @@
-"""Model artifacts: a linear scorer saved as plain data (SPEC §6), never pickle.
+"""Model artifacts: a linear scorer saved as plain data (docs/engine.md §Models), never pickle.
 
 A model is a directory (local path or fsspec URL)::
 

@@ -1,4 +1,4 @@
-"""The Dask engine against the in-memory solvers and metrics (SPEC §5).
+"""The Dask engine against the in-memory solvers and metrics (docs/engine.md §Partition chain).
 
 Real Dask only: a ``LocalCluster`` with worker processes, and ``dask scheduler``
 / ``dask worker`` processes on 127.0.0.1 started here.  Real Parquet files of
@@ -89,7 +89,7 @@ def cluster():
 @pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
 @pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
 def test_engine_equals_in_memory_solver(cluster, letter_parquet, letter_parquet_2pmb, solver, measure):
-    """SPEC §5: the engine's model equals the in-memory solver's on the same rows in the same order."""
+    """docs/engine.md §Partition chain: the engine's model equals the in-memory solver's on the same rows in the same order."""
     url, X, y = letter_parquet if solver == "1pmb" else letter_parquet_2pmb
     params = dict(measure=measure, solver=solver, buffer_size=500, eta=0.05, n_passes=2, shuffle=False,
                   random_state=3)

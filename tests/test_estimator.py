@@ -1,4 +1,4 @@
-"""``NonDecomposableClassifier`` (SPEC §6): scikit-learn contract, parameters, solvers."""
+"""``NonDecomposableClassifier`` (docs/solvers.md §Estimator): scikit-learn contract, parameters, solvers."""
 from __future__ import annotations
 
 import numpy as np

@@ -3,7 +3,7 @@
 Every process here is a real OS process started by the test (``dask
 scheduler`` / ``dask worker`` on 127.0.0.1, the ``nsdist`` command line, a
 Python writer) and every fault is a ``SIGKILL``: nothing gets to clean up.
-The claim checked each time is SPEC §4's: same seed and inputs give the same
+The claim checked each time is docs/solvers.md §Determinism's: same seed and inputs give the same
 model bit for bit, so a job that survives a fault must end with exactly the
 model of an undisturbed run.
 """

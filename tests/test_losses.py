@@ -1,4 +1,4 @@
-"""``nsdist.losses`` against brute force and first principles (SPEC §3)."""
+"""``nsdist.losses`` against brute force and first principles (docs/surrogates.md)."""
 from __future__ import annotations
 
 import itertools
@@ -67,7 +67,7 @@ def all_labellings(n: int) -> np.ndarray:
 
 
 def resolve_count(name: str, params: dict, y: np.ndarray) -> int | None:
-    """``K`` of prec@k / prbep, from SPEC §2 directly (None for f1)."""
+    """``K`` of prec@k / prbep, from docs/measures.md §Precision at k directly (None for f1)."""
     if name == "prbep":
         return int(np.sum(y > 0))
     if name == "prec@k":

@@ -1,8 +1,8 @@
-"""Tests of ``nsdist.metrics`` against independent brute-force definitions (SPEC §1, §2).
+"""Tests of ``nsdist.metrics`` against independent brute-force definitions (docs/measures.md).
 
 The reference values here never use the module's sort/search code: AUC is the
 O(n^2) double sum, and every tie at a cut-off is resolved by averaging over
-*all* orders of the items (SPEC §1: the value is the expectation over a
+*all* orders of the items (docs/measures.md §Ties: the value is the expectation over a
 uniformly random order of the tied items).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ FAST = settings(max_examples=80, deadline=None, database=None)
 
 
 def spec_ceil(x: float) -> int:
-    """SPEC §2: ceil after rounding to 9 decimals."""
+    """docs/measures.md §Rounding: ceil after rounding to 9 decimals."""
     return math.ceil(round(x, 9))
 
 
@@ -44,7 +44,7 @@ def top_sets_over_all_orders(scores: np.ndarray, m: int) -> np.ndarray:
     """Indices of the ``m`` highest of integer ``scores``, one row per order of the items.
 
     Items are ranked by (score, random priority); every priority order appears
-    once, so a uniform average over the rows is the expectation of SPEC §1.
+    once, so a uniform average over the rows is the expectation of docs/measures.md §Ties.
     """
     n = scores.shape[0]
     key = scores[None, :] * n + all_orders(n)  # lexicographic (score, priority), all distinct
@@ -193,7 +193,7 @@ def test_partial_auc_one_equals_auc_exactly_on_float_scores():
 
 
 # --------------------------------------------------------------------------
-# ceil after rounding to 9 decimals (SPEC §2)
+# ceil after rounding to 9 decimals (docs/measures.md §Rounding)
 # --------------------------------------------------------------------------
 
 
@@ -209,7 +209,7 @@ def test_partial_auc_m_is_ceil9(beta, n_neg, m):
 
 
 def test_the_ceil9_case_is_one_where_a_plain_ceil_differs():
-    assert math.ceil(0.14 * 50) == 8              # 7.000000000000001: why SPEC rounds first
+    assert math.ceil(0.14 * 50) == 8              # 7.000000000000001: why docs/measures.md §Rounding rounds first
 
 
 @pytest.mark.parametrize("k, n, K", [(0.1, 30, 3), (0.28, 25, 7), (3, 30, 3)])
@@ -268,7 +268,7 @@ def test_precision_at_k_needs_no_class():
 
 
 # --------------------------------------------------------------------------
-# bad input (SPEC §1)
+# bad input (docs/measures.md §Labels)
 # --------------------------------------------------------------------------
 
 MEASURES = {

@@ -1,4 +1,4 @@
-"""Partial AUC with tied scores: the expectation over a random order of the tied items (SPEC §1, §2).
+"""Partial AUC with tied scores: the expectation over a random order of the tied items (docs/measures.md).
 
 The reference here is exhaustive and exact: every order of the items within
 each group of equal scores is enumerated (``itertools.permutations`` per

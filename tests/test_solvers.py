@@ -1,4 +1,4 @@
-"""The solvers of SPEC §4: 1PMB, 2PMB, PSG, CP, FTRL, and their shared pieces."""
+"""The solvers of docs/solvers.md: 1PMB, 2PMB, PSG, CP, FTRL, and their shared pieces."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Data layer: Parquet datasets, text readers and ingest (SPEC §5).
+"""Data layer: Parquet datasets, text readers and ingest (docs/engine.md §Dataset format).
 
 May import numpy, scipy, pyarrow, fsspec, dask, distributed, ``nsdist._validation``,
 ``nsdist._names`` and ``nsdist._connect`` (the one way to reach Dask, shared with the engine)

@@ -1,6 +1,6 @@
 """Where the features of a Parquet file live, and turning a table into ``(X, y)``.
 
-Three layouts (SPEC §5):
+Three layouts (docs/engine.md §Dataset format):
 
 ``"columns"``
     one numeric (integer, float, bool or decimal) column per feature; with
@@ -213,7 +213,7 @@ class FeatureSchema:
                 raise ValueError(f"{prefix} column {extra[0]!r} is not in the first partition")
 
     def labels(self, table: pa.Table, where: str) -> np.ndarray:
-        """The label column as ``int8`` in ``{-1, +1}`` (SPEC §1 encodings)."""
+        """The label column as ``int8`` in ``{-1, +1}`` (docs/measures.md §Labels encodings)."""
         column = table.column(self.label)
         if column.null_count:
             row = _first(column.is_null().to_numpy(zero_copy_only=False))

@@ -1,4 +1,4 @@
-"""Mapping the label field of text files to the internal ``{-1, +1}`` encoding (SPEC §1).
+"""Mapping the label field of text files to the internal ``{-1, +1}`` encoding (docs/measures.md §Labels).
 
 A :class:`LabelRule` turns label strings (already stripped of spaces and quotes)
 into codes ``+1`` (positive), ``-1`` (negative) or ``0`` (row dropped).
@@ -12,7 +12,7 @@ into codes ``+1`` (positive), ``-1`` (negative) or ``0`` (row dropped).
 - no ``positive``, ``default="sign"`` (svmlight): the label must be a number;
   ``> 0`` is positive.
 - no ``positive``, ``default="binary"`` (CSV): the label must be ``1`` / ``true``
-  (positive) or ``-1`` / ``0`` / ``false`` (negative), as in SPEC §1.
+  (positive) or ``-1`` / ``0`` / ``false`` (negative), as in docs/measures.md §Labels.
 
 An empty or NaN/inf label is always an error.
 """
@@ -141,7 +141,7 @@ class LabelRule:
         negative_forms : dict
             For the binary default: each negative encoding seen (``"-1"``, ``"0"``,
             ``"false"``) and the first row index using it, so that callers can
-            reject files that mix encodings (SPEC §1). Empty otherwise.
+            reject files that mix encodings (docs/measures.md §Labels). Empty otherwise.
 
         Raises
         ------

@@ -1,4 +1,4 @@
-"""Driver checkpoints: resume a killed training job where it stopped (SPEC §5).
+"""Driver checkpoints: resume a killed training job where it stopped (docs/engine.md §Checkpoints).
 
 A checkpoint is one JSON document, replaced atomically, holding the model
 state (iterate, running sums, epoch counter), the chain's cursor (the next

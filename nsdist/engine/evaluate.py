@@ -1,4 +1,4 @@
-"""Exact out-of-core evaluation of every SPEC §2 measure on a Parquet dataset.
+"""Exact out-of-core evaluation of every measure of docs/measures.md on a Parquet dataset.
 
 Scores ``s = X @ w + b`` are computed once per partition and stay on the
 workers.  Then:
@@ -13,7 +13,7 @@ workers.  Then:
    pair credits ``2 [s_i > s_j] + [s_i = s_j]`` of its negatives (exact
    integers: of all of them for AUC, of those above the pAUC cut-off for
    pAUC) and the items above / at each cut; the driver adds them as Python
-   integers and applies the tie expectation of SPEC §1 through the same
+   integers and applies the tie expectation of docs/measures.md §Ties through the same
    functions as :mod:`nsdist.metrics` (:func:`~nsdist.metrics.pauc_from_counts`,
    :func:`~nsdist.metrics.expected_top_sum`), so the numbers are identical.
 
@@ -116,7 +116,7 @@ def _counts(part, sorted_pos: np.ndarray, v_neg: float, cuts: list[float], thres
 def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, *, beta: float = 0.1,
                      k: int | float | None = None, threshold: float = 0.0,
                      dtype: str = "float64") -> dict[str, float]:
-    """Every SPEC §2 measure of the scorer ``(w, b)`` on ``dataset``, exact.
+    """Every measure of docs/measures.md of the scorer ``(w, b)`` on ``dataset``, exact.
 
     ``k`` defaults to the positive rate (so Prec@k is then PRBEP).
     """

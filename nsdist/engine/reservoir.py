@@ -1,4 +1,4 @@
-"""2PMB's first pass: a distributed reservoir sample of the rare class (SPEC §4, §5).
+"""2PMB's first pass: a distributed reservoir sample of the rare class (docs/engine.md §Reservoir).
 
 Every row ``i`` (global position in file order) has the key
 ``reservoir_keys(seed, i)``.  Each partition returns, for both classes, its

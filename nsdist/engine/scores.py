@@ -3,7 +3,7 @@
 An svmlight file is not a Parquet dataset, so :func:`~nsdist.engine.evaluate.evaluate_dataset`
 cannot stream it through the cluster.  Its rows are scored here in the calling
 process, chunk by chunk, as CSR (:func:`nsdist.data.scoring.sparse_rows`: nothing is
-densified, only the ``n`` scores and labels are kept), and every SPEC §2 measure is
+densified, only the ``n`` scores and labels are kept), and every measure of docs/measures.md is
 computed exactly by :mod:`nsdist.metrics` -- the same values, ties included, that
 :func:`~nsdist.engine.evaluate.evaluate_dataset` gives on the ingested dataset.
 

@@ -1,4 +1,4 @@
-"""Surrogate losses (SPEC §3): ``nsdist.losses.get(name, **params)``.
+"""Surrogate losses (docs/surrogates.md): ``nsdist.losses.get(name, **params)``.
 
 ========== ===================== ====================================================
 name       parameters            surrogate of

@@ -1,4 +1,4 @@
-"""The one interface every surrogate loss implements (SPEC §3).
+"""The one interface every surrogate loss implements (docs/surrogates.md).
 
 Every surrogate here is a function of the scores ``s = X @ w`` only, so a loss
 is written once on scores::
@@ -8,7 +8,7 @@ is written once on scores::
 and the chain rule gives the (sub)gradient in weight space with one more
 mat-vec, ``X.T @ dscore``.  The solvers use ``value_and_dscore`` directly (it also
 gives the intercept's subgradient, ``dscore.sum()``); ``value`` and
-``value_and_grad`` are the SPEC §3 entry points on ``(X, y, w)``.
+``value_and_grad`` are the docs/surrogates.md §Interface entry points on ``(X, y, w)``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Loss(ABC):
     Subclasses implement :meth:`value_and_dscore`, one exact maximisation that
     yields the value and a subgradient with respect to the scores.  When the
     buffer lacks one of the classes, every loss here returns ``(0.0, zeros)``:
-    the solvers then skip the epoch and count it (SPEC §3).
+    the solvers then skip the epoch and count it (docs/surrogates.md §Missing class).
     """
 
     #: registry name, e.g. ``"pauc"``
@@ -77,7 +77,7 @@ def weight_gradient(X, dscore: np.ndarray) -> np.ndarray:
     Every surrogate here puts weight on few rows of a buffer (the positives and
     the top ``m`` negatives for pAUC; the rows whose label ``ybar*`` flips for
     the structural losses), so the product costs ``O(nnz * d)``, not ``O(n d)``
-    (SPEC §3).  ``X`` is a dense ndarray or a scipy sparse matrix (CSR: the
+    (docs/surrogates.md).  ``X`` is a dense ndarray or a scipy sparse matrix (CSR: the
     product then costs ``O(non-zeros of the rows used)``) and keeps its dtype.
     ``dscore`` has shape ``(n,)`` (one model) or ``(n, M)`` (a population of
     ``M`` models: a row is used if any of its ``M`` entries is non-zero).

@@ -133,7 +133,7 @@ class PrecisionAtKLoss(_FixedCountLoss):
     Parameters
     ----------
     k : int >= 1 or float in (0, 1]
-        ``K = k`` or ``K = ceil9(k * n)`` per buffer of ``n`` points (SPEC §2);
+        ``K = k`` or ``K = ceil9(k * n)`` per buffer of ``n`` points (docs/measures.md §Rounding);
         a buffer with fewer than ``K`` points is a ``ValueError``.
     """
 

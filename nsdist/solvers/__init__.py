@@ -1,4 +1,4 @@
-"""Solvers over in-memory data (SPEC §4).
+"""Solvers over in-memory data (docs/solvers.md).
 
 ========================  =============================================================
 module                    holds

@@ -9,7 +9,7 @@ stochastic solvers,
 
 written as the 1-slack problem ``min (lambda/2)||w||^2 + xi`` subject to
 ``xi >= Delta_t + a_t . w`` for every added constraint.  Iteration ``t``
-evaluates the loss at ``w_t`` by its exact maximisation (SPEC §3), which gives
+evaluates the loss at ``w_t`` by its exact maximisation (docs/surrogates.md), which gives
 the most violated constraint ``(Delta_t, a_t) = (l(w_t) - g_t . w_t, g_t)``:
 each surrogate is a maximum of functions linear in ``w`` (the structural
 losses over labellings; the hinge pAUC over pairs and top sets), so this is

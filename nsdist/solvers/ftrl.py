@@ -15,7 +15,7 @@ and the leader is recomputed on everything seen so far:
     w_{t+1} = \arg\min_{w \in W} \; \ell(x_{1:t}, w) + \frac{\eta}{2}\|w\|^2 .
 
 **Normalisation.** The seed's ``l`` is a *sum* over points (pairs); the losses
-of :mod:`nsdist.losses` are averages ``lbar`` (SPEC §3).  We take
+of :mod:`nsdist.losses` are averages ``lbar`` (docs/surrogates.md).  We take
 ``l(x_{1:t}, w) = n_t lbar(x_{1:t}, w)``, ``n_t`` the rows seen after round
 ``t``, so that ``sum_t L_t(w) = n_T lbar(x_{1:T}, w)`` exactly as in the seed.
 Then ``w_{t+1} = argmin lbar(x_{1:t}, w) + (eta / (2 n_t)) ||w||^2``: a

@@ -6,7 +6,7 @@ see the training set as the single block 0).  Pass ``p`` visits the blocks in
 functions of ``(random_state, p, j)`` only, so the order does not depend on which
 machine or process computes it.
 
-2PMB's reservoir (SPEC §4, §5) is an exact uniform sample without replacement
+2PMB's reservoir (docs/engine.md §Reservoir) is an exact uniform sample without replacement
 by random keys: row ``i`` (its global position in file order) gets the key
 :func:`reservoir_keys` ``(seed, i)``, and the sample is the ``s`` rows of the
 rare class with the largest keys.  Each partition can keep its own top ``s``;

@@ -79,7 +79,7 @@ def psg(X: np.ndarray, y: np.ndarray, loss: Loss, *, eta: float, radius: float |
         w_t, b_t = state.model(0, average=False)
         state, stats = run_epochs(state, X, y, population, buffer_size=n, radius=radius)
         if stats["skipped"][0]:   # the training set lacks a class: every iteration would be
-            break                 # skipped (SPEC §3), the model stays w_1 = 0
+            break                 # skipped (docs/surrogates.md §Missing class), the model stays w_1 = 0
         value = float(stats["loss"][0])
         if value < best_loss:
             best_loss, best = value, (w_t, b_t)
