@@ -312,13 +312,27 @@ def test_float32_scores_stay_float32(name, params):
 
 
 def test_registry():
-    assert losses.NAMES == ("pauc", "auc", "prec@k", "prbep", "f1")
+    assert losses.NAMES == ("pauc", "auc", "prec@k", "prbep", "f1", "logloss")
     assert losses.get("pauc").params() == {"beta": 0.1, "surrogate": "hinge"}
     assert losses.get("auc", surrogate="logistic").params() == {"surrogate": "logistic"}
     assert losses.get("prec@k", k=0.01).params() == {"k": 0.01}
     assert losses.get("prec@k", k=np.int64(5)).params() == {"k": 5}
-    assert {losses.get(name, **params).name for name, params in ALL} == set(losses.NAMES)
+    assert {losses.get(name, **params).name for name, params in ALL} | {"logloss"} == set(losses.NAMES)
     assert repr(losses.get("pauc", beta=0.5)) == "PartialAUCLoss(beta=0.5, surrogate='hinge')"
+
+
+def test_logloss_is_logistic_regressions_mean_loss_and_its_gradient():
+    """The ranking candidate ``logloss``: value and gradient against the formula and finite differences."""
+    rng = np.random.default_rng(3)
+    X, y, w = rng.normal(size=(40, 5)), np.where(rng.random(40) < 0.3, 1, -1), rng.normal(size=5)
+    loss = losses.get("logloss")
+    brute = lambda v: float(np.mean(np.log1p(np.exp(-y * (X @ v)))))       # noqa: E731
+    value, grad = loss.value_and_grad(X, y, w)
+    assert value == pytest.approx(brute(w), rel=1e-12)
+    eps = 1e-6
+    numeric = [(brute(w + eps * e) - brute(w - eps * e)) / (2 * eps) for e in np.eye(5)]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+    assert loss.value_and_dscore(np.array([800.0, -800.0]), np.array([-1, 1]))[0] == pytest.approx(800.0)
 
 
 @pytest.mark.parametrize("name, params, match", [
