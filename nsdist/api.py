@@ -91,7 +91,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         must match the dataset's.
     standardize : bool, default True
         Scale every feature on the fly (dense: zero mean and unit variance;
-        sparse: unit variance, no centring), with the moments of every row
+        sparse datasets train as stored), with the moments of every row
         taken in the pass that gathers the validation rows (a fixed run: of a
         sample of whole partitions); the returned model is folded back onto
         the raw features.  Any scaling is a valid preconditioner.

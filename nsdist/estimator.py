@@ -108,8 +108,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         validation rows when there are, else the training rows;
         :func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
     standardize : bool, default True
-        Train on scaled features -- dense: zero mean and unit variance; sparse:
-        unit variance, no centring -- with moments of every row of ``X``
+        Train on scaled features -- dense: zero mean and unit variance; sparse
+        (CSR) input trains as stored (:meth:`TrainConfig.scaling_of` says why) -- with moments of every row of ``X``
         (``partial_fit``: of the first block), and fold the model back onto the raw
         features (``coef_`` and ``intercept_`` score raw rows).  The same rule
         as :func:`nsdist.train`, so both give the same model.

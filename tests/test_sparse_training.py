@@ -78,10 +78,39 @@ def test_engine_trains_a_sparse_dataset_as_the_dense_one(cluster, both_layouts, 
     np.testing.assert_allclose(sparse_model.coef, est.coef_.ravel(), rtol=1e-9, atol=1e-12)
 
 
-def test_engine_defaults_on_a_sparse_dataset_scale_without_centring(cluster, both_layouts):
+def test_engine_defaults_train_a_sparse_dataset_as_stored(cluster, both_layouts):
     urls, X, y = both_layouts
     model = train(urls["sparse"], client=cluster, measure="prbep", random_state=0)
-    assert model.history["selected"] and model.params["standardize"] is True
+    assert model.history["selected"] and model.params["standardize"] is True      # a no-op on sparse data
     s = np.asarray(X @ model.coef) + model.intercept
     from nsdist import metrics
     assert metrics.prbep(y, s) > 0.5
+
+
+def test_standardize_leaves_sparse_rows_as_stored():
+    X, y = sparse_data()
+    kw = dict(measure="prbep", eta=0.5, n_passes=2, buffer_size=100, random_state=1)
+    on = NonDecomposableClassifier(**kw).fit(X, y)
+    off = NonDecomposableClassifier(**kw, standardize=False).fit(X, y)
+    np.testing.assert_array_equal(on.coef_, off.coef_)
+    assert on.intercept_[0] == off.intercept_[0]
+
+
+def test_evaluate_a_wide_model(cluster, tmp_path):
+    """A 2^16-feature model scores a sparse dataset out of core (its weights are scattered, not in each task)."""
+    from nsdist import evaluate, metrics
+    from nsdist.model import LinearModel
+
+    rng = np.random.default_rng(0)
+    d = 1 << 16
+    X = sp.random(3000, d, density=20 / d, format="csr", random_state=0)
+    w = rng.normal(size=d)
+    y = np.where(X @ w + 0.1 * rng.normal(size=3000) > 0.3, 1, -1).astype(np.int8)
+    src = tmp_path / "wide.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)
+    ds = ingest(str(src), str(tmp_path / "wide"), format="svmlight", layout="sparse", n_features=d,
+                rows_per_partition=1000, shuffle=False, client=cluster)
+    model = LinearModel(coef=w, intercept=0.0, measure="pauc", feature_names=ds.feature_names)
+    got = evaluate(model, ds, client=cluster)
+    assert got["partial_auc"] == metrics.partial_auc(y, X @ w, 0.1)
+    assert got["n_rows"] == 3000

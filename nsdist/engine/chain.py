@@ -180,6 +180,7 @@ class PartitionChain:
         # files have the same names and sizes, must not share task keys (and so results)
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                          cfg.token(), self._state.to_dict(), self._pos)
+        spec = client.scatter(cfg, broadcast=True)    # the config (scaling: 2 d floats) travels once
         inflight: deque[tuple[int, Future, list[Future]]] = deque()
         prev: Future | SGDState = self._state
         nxt = self._pos
@@ -191,9 +192,9 @@ class PartitionChain:
                     results = []
                     for i in range(nxt, end + 1):
                         s = steps[i]
-                        block = client.submit(load_block, self.dataset, s.block, s.pass_index, cfg,
+                        block = client.submit(load_block, self.dataset, s.block, s.pass_index, spec,
                                               key=f"nsdist-load-{token}-{i}", retries=2)
-                        results.append(client.submit(step_block, prev, block, cfg, self._res_future,
+                        results.append(client.submit(step_block, prev, block, spec, self._res_future,
                                                      key=f"nsdist-step-{token}-{i}", priority=1))
                         del block           # the step holds it on the cluster; the driver need not
                     if len(results) > 1:

@@ -52,9 +52,14 @@ def _scores(dataset: Dataset, partition: int, w: np.ndarray, b: float, dtype: st
 
 
 def _score_parts(client: Client, dataset: Dataset, w: np.ndarray, b: float, dtype: str) -> list:
-    """One future per partition holding ``(keys, scores, labels)`` on a worker."""
+    """One future per partition holding ``(keys, scores, labels)`` on a worker.
+
+    ``w`` is scattered once, not embedded in every task: a wide model (2^14
+    features and more) as a task argument stalled the scheduler.
+    """
+    w_future = client.scatter(np.asarray(w, dtype=np.float64), broadcast=True)
     return client.map(_scores, [dataset] * len(dataset.partitions), range(len(dataset.partitions)),
-                      w=np.asarray(w, dtype=np.float64), b=float(b), dtype=dtype, pure=False)
+                      w=w_future, b=float(b), dtype=dtype, pure=False)
 
 
 def _class_counts(dataset: Dataset, counted: list) -> tuple[int, int]:

@@ -302,13 +302,17 @@ class TrainConfig:
     def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
         """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).
 
-        Sparse rows are scaled without centring; so are all rows when
-        ``fit_intercept=False`` -- centring is an intercept in disguise, and
-        the folded model must keep ``b = 0``.
+        Sparse rows are not scaled: text-like features are usually normalised
+        already (tf-idf, L2 rows), and dividing each by its standard deviation
+        inflates the rare ones (on a generated 2^20-feature text set it took
+        E||x||^2 from 1 to 6 * 10^5 and halved Prec@1%); centring would also
+        densify them.  Dense rows are centred and scaled, but not centred when
+        ``fit_intercept=False`` -- centring is an intercept in disguise, and the
+        folded model must keep ``b = 0``.
         """
-        if not self.standardize:
+        if not self.standardize or sparse:
             return None
-        return scaling_from_moments(*moments, center=self.fit_intercept and not sparse)
+        return scaling_from_moments(*moments, center=self.fit_intercept)
 
     @property
     def plug_in(self) -> bool:
