@@ -39,7 +39,7 @@ class UnguardedScriptError(SystemExit):
 @contextlib.contextmanager
 def connect(client: Client | str | None = None, *, n_workers: int | None = None,
             memory_limit: str | int | None = "auto", security: Security | None = None, processes: bool = True,
-            threads_per_worker: int = 1, quiet: bool = False) -> Iterator[Client]:
+            threads_per_worker: int = 2, quiet: bool = False) -> Iterator[Client]:
     """Yield a :class:`distributed.Client` for the job (docs/engine.md §Cluster).
 
     Parameters
@@ -51,8 +51,11 @@ def connect(client: Client | str | None = None, *, n_workers: int | None = None,
         ``tls://...``).  A ``Client``: used as is and left open.
     n_workers, memory_limit, processes, threads_per_worker :
         The embedded cluster: ``n_workers`` (default: one per core, at most 4)
-        worker processes of ``threads_per_worker`` threads, or with
-        ``processes=False`` workers in this process (what ``ingest`` uses).
+        worker processes of ``threads_per_worker`` threads (default 2: a
+        worker loads the next partition while it steps on this one; measured
+        20-30% faster for a whole ``train`` call on 2 quiet cores,
+        ``bench/results/scale_rerun.md``), or with ``processes=False`` workers
+        in this process (what ``ingest`` uses).
     security : distributed.security.Security, optional
         TLS settings when connecting to an address (default: Dask's
         ``distributed.comm.tls.*`` configuration).

@@ -114,3 +114,24 @@ def test_evaluate_a_wide_model(cluster, tmp_path):
     got = evaluate(model, ds, client=cluster)
     assert got["partial_auc"] == metrics.partial_auc(y, X @ w, 0.1)
     assert got["n_rows"] == 3000
+
+
+def test_lazy_sparse_updates_equal_dense_updates():
+    """Wide CSR blocks update only the touched weights and sum the iterates lazily: the same models."""
+    from nsdist.solvers.config import TrainConfig
+    from nsdist.solvers.kernel import LAZY_SIZE, Population, SGDState, run_epochs
+
+    rng = np.random.default_rng(5)
+    n, d = 1500, 1 << 18
+    X = sp.random(n, d, density=30 / d, format="csr", random_state=5)
+    y = np.where(rng.random(n) < 0.1, 1, -1).astype(np.int8)
+    cfg = TrainConfig.from_params(measure="prbep").resolve(n_features=d, n_rows=n, mean_sq_norm=10.0,
+                                                          n_validation=100)
+    population = cfg.population
+    assert d * len(population) >= LAZY_SIZE
+    start = SGDState.zeros(d, len(population))
+    lazy, _ = run_epochs(start, X, y, population, buffer_size=100)
+    dense, _ = run_epochs(start, X, y, population, buffer_size=100, radius=1e300)     # forces whole updates
+    np.testing.assert_allclose(lazy.W, dense.W, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(lazy.W_sum, dense.W_sum, rtol=1e-9, atol=1e-9)
+    assert lazy.epoch == dense.epoch and np.array_equal(lazy.b_sum, dense.b_sum)

@@ -126,7 +126,8 @@ class PartitionChain:
         2PMB's sample, joined to every buffer (scattered to the workers once).
     prefetch : int
         Partitions loaded ahead of the chain (the memory bound: at most
-        ``prefetch + 1`` partitions are held by the workers at once).
+        ``prefetch + 1`` partitions are held by the workers at once; in
+        data-parallel mode, the rounds of ``max(1, prefetch // K) + 1`` rounds).
     on_step : callable, optional
         Called with a :class:`ChainProgress` after each completed step, in order
         (progress bars, checkpoints).
@@ -150,6 +151,7 @@ class PartitionChain:
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
         self._res_future = None
+        self._spec = None
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
@@ -170,6 +172,7 @@ class PartitionChain:
                 restarts += 1
                 log.warning("step %d of %d failed (%s: %s); redoing it from the last model (restart %d/%d)",
                             self._pos + 1, len(self.steps), type(exc).__name__, exc, restarts, self.max_restarts)
+                self._spec = None                    # a lost worker may have held the scattered config
                 if self.reservoir is not None:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
@@ -180,14 +183,17 @@ class PartitionChain:
         # files have the same names and sizes, must not share task keys (and so results)
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                          cfg.token(), self._state.to_dict(), self._pos)
-        spec = client.scatter(cfg, broadcast=True)    # the config (scaling: 2 d floats) travels once
+        if self._spec is None:     # the config (its scaling: 2 d floats) travels once, not in every task
+            self._spec = client.scatter(cfg, broadcast=True, hash=False)
+        spec = self._spec
         inflight: deque[tuple[int, Future, list[Future]]] = deque()
         prev: Future | SGDState = self._state
         nxt = self._pos
         per_round = max(1, cfg.n_chains)
         try:
             while self._pos < self._stop:
-                while nxt < self._stop and len(inflight) * per_round <= self.prefetch:
+                # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
+                while nxt < self._stop and len(inflight) <= max(1, self.prefetch // per_round):
                     end = self._round_end[nxt]
                     results = []
                     for i in range(nxt, end + 1):

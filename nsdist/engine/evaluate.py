@@ -57,7 +57,7 @@ def _score_parts(client: Client, dataset: Dataset, w: np.ndarray, b: float, dtyp
     ``w`` is scattered once, not embedded in every task: a wide model (2^14
     features and more) as a task argument stalled the scheduler.
     """
-    w_future = client.scatter(np.asarray(w, dtype=np.float64), broadcast=True)
+    w_future = client.scatter(np.asarray(w, dtype=np.float64), broadcast=True, hash=False)
     return client.map(_scores, [dataset] * len(dataset.partitions), range(len(dataset.partitions)),
                       w=w_future, b=float(b), dtype=dtype, pure=False)
 

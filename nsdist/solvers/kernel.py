@@ -27,6 +27,9 @@ from ..losses.base import Loss, weight_gradient
 
 __all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states"]
 
+#: ``d x M`` from which CSR blocks update the weights lazily (:class:`_LazyWeights`)
+LAZY_SIZE = 1 << 22
+
 #: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
     [("epoch", "i8"), ("rows", "i8"), ("loss", "f8"), ("skipped", "?"), ("seconds", "f8")]
@@ -209,15 +212,74 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     learn_b = np.asarray(population.learn_b, dtype=bool)[cols]
     slices = epoch_slices(X.shape[0], buffer_size)
     stats = np.zeros(len(slices), dtype=EPOCH_STATS)
-    W, b = st.W[:, cols], st.b[cols]
+    # dense updates cost O(d M) a step, lazy ones O(nnz M) plus their bookkeeping: measured on 2^20
+    # features, lazy is 2.4x faster at M = 20 and 0.8x at M = 1 (the crossing is near d M = 2^22)
+    lazy = hasattr(X, "tocsr") and radius is None and X.shape[1] * cols.size >= LAZY_SIZE
+    weights = (_LazyWeights if lazy else _DenseWeights)(st, cols, radius)
     with np.errstate(over="ignore", invalid="ignore"):   # a diverging candidate goes non-finite: the
-        W, b = _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_size, radius, reservoir)
-    st.W[:, cols], st.b[cols] = W, b
+        b = _epochs(st, X, y, slices, stats, weights, st.b[cols], losses, etas, learn_b, cols, reservoir)
+    weights.finish()                                      # selection drops it at its next check
+    st.b[cols] = b
     return st, stats
 
 
-def _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_size, radius, reservoir):
-    """The loop of :func:`run_epochs` (selection drops non-finite candidates at its next check)."""
+class _DenseWeights:
+    """``W`` of the live candidates, updated whole at every step (dense rows, or a projection)."""
+
+    def __init__(self, st: SGDState, cols: np.ndarray, radius: float | None) -> None:
+        self.st, self.cols, self.radius, self.W = st, cols, radius, st.W[:, cols]
+
+    def scores(self, Xe) -> np.ndarray:
+        return np.asarray(Xe @ self.W.astype(Xe.dtype, copy=False), dtype=np.float64)
+
+    def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
+        self.W = project_l2(self.W - weight_gradient(Xe, dS) * step, self.radius)
+        self.st.W_sum[:, self.cols] += self.W
+
+    def finish(self) -> None:
+        self.st.W[:, self.cols] = self.W
+
+
+class _LazyWeights:
+    """``W`` of the live candidates for CSR rows: each step touches only the buffer's features.
+
+    A step costs ``O(nnz * M)``, not ``O(d * M)``.  The iterate sum is kept
+    lazily: with ``W_{e0}`` the iterate at the block's start, the updates
+    ``Delta_t`` and ``U = sum_t t Delta_t`` (over the touched rows only), the
+    block's iterates add up to ``sum_{e=e0+1..E} W_e = (E - e0) W_{e0} +
+    (E + 1)(W_E - W_{e0}) - U``, applied once at the block's end.
+    """
+
+    def __init__(self, st: SGDState, cols: np.ndarray, radius: float | None) -> None:
+        self.st, self.cols, self.e0 = st, cols, st.epoch
+        self.W0 = st.W[:, cols]
+        self.W = self.W0.copy()
+        self.U = np.zeros_like(self.W)
+        self._sub = None
+
+    def scores(self, Xe) -> np.ndarray:
+        import scipy.sparse as sp
+        Xe = Xe.tocsr()
+        touched, local = np.unique(Xe.indices, return_inverse=True)
+        Xs = sp.csr_matrix((Xe.data, local.reshape(-1), Xe.indptr), shape=(Xe.shape[0], touched.size))
+        self._sub = (touched, Xs)
+        return np.asarray(Xs @ self.W[touched].astype(Xe.dtype, copy=False), dtype=np.float64)
+
+    def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
+        touched, Xs = self._sub
+        delta = -np.asarray(Xs.T @ dS.astype(Xs.dtype, copy=False), dtype=np.float64) * step
+        self.W[touched] += delta
+        self.U[touched] += self.st.epoch * delta
+
+    def finish(self) -> None:
+        n = self.st.epoch - self.e0
+        if n:
+            self.st.W_sum[:, self.cols] += n * self.W0 + (self.st.epoch + 1) * (self.W - self.W0) - self.U
+        self.st.W[:, self.cols] = self.W
+
+
+def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, reservoir):
+    """The loop of :func:`run_epochs`; returns the intercepts."""
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
         Xe, ye = X[sl], y[sl]
@@ -229,7 +291,7 @@ def _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_s
             st.skipped += 1
             stats[i] = (st.epoch, ye.shape[0], 0.0, True, time.perf_counter() - t0)
             continue
-        S = np.asarray(Xe @ W.astype(Xe.dtype, copy=False), dtype=np.float64)
+        S = weights.scores(Xe)
         S += b
         dS = np.empty_like(S)
         values = np.empty(cols.size)
@@ -237,12 +299,11 @@ def _epochs(st, X, y, slices, stats, W, b, losses, etas, learn_b, cols, buffer_s
             values[j], dS[:, j] = loss.value_and_dscore(S[:, j], ye)
         st.epoch += 1
         step = etas / np.sqrt(st.epoch)
-        W = project_l2(W - weight_gradient(Xe, dS) * step, radius)
+        weights.step(Xe, dS, step)
         b = b - np.where(learn_b, step * dS.sum(axis=0), 0.0)
-        st.W_sum[:, cols] += W
         st.b_sum[cols] += b
         stats[i] = (st.epoch, ye.shape[0], float(values.mean()), False, time.perf_counter() - t0)
-    return W, b
+    return b
 
 
 def mix_states(start: SGDState, states: Sequence[SGDState]) -> SGDState:
