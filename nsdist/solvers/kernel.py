@@ -176,6 +176,20 @@ def _stack(top, rows):
     return np.concatenate([top, rows])
 
 
+def _aligned(X):
+    """``X`` itself, or a C-ordered, aligned copy of a dense block that is neither.
+
+    A block that crossed the network (Dask's deserialisation) can start at an
+    address that is no multiple of 8 bytes; numpy multiplies such an array
+    without BLAS, summing in another order, and the model would then depend on
+    which worker ran the step.  Sparse blocks are multiplied by scipy's own
+    loops, whose order does not depend on the address.
+    """
+    if hasattr(X, "tocsr"):
+        return X
+    return np.require(X, requirements=["C", "A"])
+
+
 def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buffer_size: int,
                radius: float | None = None,
                reservoir: tuple[object, np.ndarray] | None = None) -> tuple[SGDState, np.ndarray]:
@@ -206,6 +220,7 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
         Mean loss over the live candidates before the step, buffer rows, skip flag, seconds.
     """
     st = state.copy()
+    X, reservoir = _aligned(X), None if reservoir is None else (_aligned(reservoir[0]), reservoir[1])
     cols = np.flatnonzero(st.alive)
     losses: Sequence[Loss] = [population.losses[c] for c in cols]
     etas = np.asarray(population.etas, dtype=np.float64)[cols]
