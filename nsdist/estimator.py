@@ -311,7 +311,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             stream = -rare_label(y[train])
             reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X)).offer(
                 X[train], y[train], train, cfg.random_state)
-        steps, checks = schedule([X.shape[0]], cfg.passes, random_state=cfg.random_state, shuffle=cfg.shuffle,
+        # one block: every pass visits block 0, shuffled or not (the rows are shuffled by block_rows);
+        # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
+        steps, checks = schedule([X.shape[0]], cfg.passes, random_state=cfg.random_state, shuffle=False,
                                  check_rows=cfg.check_rows)
         population = cfg.population
         selecting = cfg.selects and n_val > 0

@@ -359,3 +359,33 @@ def test_k_larger_than_the_buffer_raises():
     y = np.array([1, -1, -1], dtype=np.int8)
     with pytest.raises(ValueError, match=r"k = 4 is out of range"):
         losses.get("prec@k", k=4).value_and_dscore(np.zeros(3), y)
+
+
+# --------------------------------------------------------------------------
+# a population's surrogate in one call: bit for bit the per-column loop
+# --------------------------------------------------------------------------
+
+MANY = ([("pauc", {"beta": beta, "surrogate": phi}) for beta in (0.1, 0.5, 1.0)
+         for phi in SURROGATES + ("sigmoid",)] + [("auc", {"surrogate": "hinge"}), ("logloss", {})]
+        + STRUCTURAL)
+
+
+@pytest.mark.parametrize("name, params", MANY, ids=[f"{n}{p}" for n, p in MANY])
+@fast
+@given(n=st.integers(1, 40), m=st.integers(1, 6), seed=st.integers(0, 2**32 - 1), ties=st.booleans(),
+       scale=st.sampled_from([1e-3, 1.0, 1e3]))
+def test_value_and_dscore_many_is_the_loop_bit_for_bit(name, params, n, m, seed, ties, scale):
+    """``value_and_dscore_many`` (the kernel's one call per surrogate) gives every column exactly
+    what ``value_and_dscore`` gives it -- a population trains each candidate as if it were alone."""
+    rng = np.random.default_rng(seed)
+    y = np.where(rng.random(n) < rng.uniform(0.05, 0.95), 1, -1).astype(np.int8)
+    S = rng.standard_normal((n, m)) * scale
+    if ties:
+        S = np.round(S / scale, 0) * scale            # many exact ties, across classes too
+    values, dS = losses.get(name, **params).value_and_dscore_many(S, y)
+    assert values.shape == (m,) and dS.shape == (n, m) and dS.dtype == np.float64
+    loss = losses.get(name, **params)
+    for j in range(m):
+        v, d = loss.value_and_dscore(S[:, j], y)
+        assert v == values[j]
+        np.testing.assert_array_equal(d, dS[:, j])

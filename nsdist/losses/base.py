@@ -47,6 +47,29 @@ class Loss(ABC):
             A subgradient of the loss with respect to ``s``.
         """
 
+    def value_and_dscore_many(self, S: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`value_and_dscore` for every column of ``S`` (``M`` models on one buffer).
+
+        Parameters
+        ----------
+        S : ndarray of shape (n, M)
+            Scores of ``M`` models.
+        y : ndarray of shape (n,)
+
+        Returns
+        -------
+        values : ndarray of shape (M,)
+        dscore : ndarray of shape (n, M), float64
+            Column ``j`` is bit for bit ``value_and_dscore(S[:, j], y)`` (the
+            losses that override this vectorise over the columns, and a test
+            holds them to the loop).  This default loops over the columns.
+        """
+        S = np.asarray(S)
+        values, dscore = np.empty(S.shape[1]), np.empty(S.shape, dtype=np.float64)
+        for j in range(S.shape[1]):
+            values[j], dscore[:, j] = self.value_and_dscore(S[:, j], y)
+        return values, dscore
+
     def params(self) -> dict:
         """The loss's parameters (for model metadata and ``repr``)."""
         return {}

@@ -24,7 +24,8 @@ import numpy as np
 
 from ._ranking import prefix_sums, suffix_sums
 
-__all__ = ["PAIR_SUMS", "truncated_power_pairs", "logistic_pairs", "sigmoid_pairs"]
+__all__ = ["PAIR_SUMS", "PAIR_SUMS_MANY", "truncated_power_pairs", "logistic_pairs", "sigmoid_pairs",
+           "truncated_power_pairs_many", "sigmoid_pairs_many"]
 
 #: pairs per block of the logistic sum (512 KiB of float64: stays in cache)
 _BLOCK = 1 << 16
@@ -84,6 +85,41 @@ def truncated_power_pairs(p: np.ndarray, q: np.ndarray, k: int) -> tuple[float, 
     return float((b * g).sum() - (a * h).sum()), dp, dq
 
 
+def truncated_power_pairs_many(P: np.ndarray, Q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`truncated_power_pairs` for every row of ``P`` (M, n+) and ``Q`` (M, m) at once.
+
+    The same operations on each row (sorts and running sums along the rows,
+    row sums), so row ``r`` is bit for bit ``truncated_power_pairs(P[r], Q[r], k)``;
+    only the two binary searches loop over the rows.
+    """
+    P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
+    M, n_pos, m = P.shape[0], P.shape[1], Q.shape[1]
+    r = np.arange(M)[:, None]
+    order_p, order_q = np.argsort(P, axis=1), np.argsort(Q, axis=1)
+    Ps = P[r, order_p]
+    shift = Ps[:, n_pos // 2].copy()
+    A = Ps - shift[:, None]
+    B = Q[r, order_q] + (1.0 - shift)[:, None]
+    F = np.empty((M, n_pos), dtype=np.intp)
+    D = np.empty((M, m), dtype=np.intp)
+    for i in range(M):
+        F[i] = np.searchsorted(B[i], A[i], side="right")   # f_i = #{j : b_j <= a_i}
+        D[i] = np.searchsorted(A[i], B[i], side="left")    # d_j = #{i : a_i < b_j}
+    C = (m - F).astype(np.float64)
+    if k == 1:
+        G, H = D.astype(np.float64), C
+    else:
+        zero = np.zeros((M, 1))
+        prefix_a = np.concatenate([zero, np.cumsum(A, axis=1)], axis=1)
+        suffix_b = np.concatenate([zero, np.cumsum(B[:, ::-1], axis=1)], axis=1)[:, ::-1]
+        G = D * B - prefix_a[r, D]
+        H = suffix_b[r, F] - C * A
+    DP, DQ = np.empty_like(A), np.empty_like(B)
+    DP[r, order_p] = -k * H
+    DQ[r, order_q] = k * G
+    return (B * G).sum(axis=1) - (A * H).sum(axis=1), DP, DQ
+
+
 def logistic_pairs(p: np.ndarray, q: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     r"""Pair sum of ``phi(c) = log(1 + exp(-c))``, blockwise over all pairs.
 
@@ -140,10 +176,42 @@ def sigmoid_pairs(p: np.ndarray, q: np.ndarray) -> tuple[float, np.ndarray, np.n
     sq = 0.5 * (1.0 + np.tanh(0.5 * q))
     u, v = 1.0 - sp, sq
     su, sv = float(u.sum()), float(v.sum())
-    value = q.size * float(u @ u) + 2.0 * su * sv + p.size * float(v @ v)
+    value = q.size * float((u * u).sum()) + 2.0 * su * sv + p.size * float((v * v).sum())
     dp = -2.0 * sp * (1.0 - sp) * (q.size * u + sv)
     dq = 2.0 * sq * (1.0 - sq) * (su + p.size * v)
     return value, dp, dq
+
+
+def sigmoid_pairs_many(P: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sigmoid_pairs` for every row of ``P`` (M, n+) and ``Q`` (M, m), bit for bit per row."""
+    P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
+    sp = 0.5 * (1.0 + np.tanh(0.5 * P))
+    sq = 0.5 * (1.0 + np.tanh(0.5 * Q))
+    u, v = 1.0 - sp, sq
+    su, sv = u.sum(axis=1), v.sum(axis=1)
+    value = Q.shape[1] * (u * u).sum(axis=1) + 2.0 * su * sv + P.shape[1] * (v * v).sum(axis=1)
+    dp = -2.0 * sp * (1.0 - sp) * (Q.shape[1] * u + sv[:, None])
+    dq = 2.0 * sq * (1.0 - sq) * (su[:, None] + P.shape[1] * v)
+    return value, dp, dq
+
+
+def _logistic_pairs_many(P: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`logistic_pairs` for every row; one array op when each row's pairs fit one block.
+
+    Row ``r`` is bit for bit ``logistic_pairs(P[r], Q[r])``: the pair block of a
+    row is reduced exactly as the single call reduces it (a test holds them equal).
+    """
+    P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
+    if Q.shape[1] and P.shape[1] <= max(1, _BLOCK // Q.shape[1]) and P.shape[0] * P.shape[1] * Q.shape[1] <= 4 * _BLOCK:
+        c = P[:, :, None] - Q[:, None, :]
+        t = np.exp(-np.abs(c))
+        value = np.maximum(-c, 0.0).sum(axis=(1, 2)) + np.log1p(t).sum(axis=(1, 2))
+        sig = 0.5 - np.copysign(1.0 / (1.0 + t) - 0.5, c)
+        return value, -sig.sum(axis=2), np.zeros_like(Q) + sig.sum(axis=1)
+    out = [logistic_pairs(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64))
+           for p, q in zip(P, Q)]
+    return (np.array([o[0] for o in out]), np.array([o[1] for o in out]).reshape(P.shape),
+            np.array([o[2] for o in out]).reshape(Q.shape))
 
 
 #: surrogate name -> pair-sum function ``(p, q) -> (value, dp, dq)``
@@ -152,4 +220,12 @@ PAIR_SUMS = {
     "logistic": logistic_pairs,
     "squared_hinge": partial(truncated_power_pairs, k=2),
     "sigmoid": sigmoid_pairs,
+}
+
+#: surrogate name -> the pair sums of ``M`` models at once ``(P (M, n+), Q (M, m)) -> (values, DP, DQ)``
+PAIR_SUMS_MANY = {
+    "hinge": partial(truncated_power_pairs_many, k=1),
+    "logistic": _logistic_pairs_many,
+    "squared_hinge": partial(truncated_power_pairs_many, k=2),
+    "sigmoid": sigmoid_pairs_many,
 }

@@ -20,7 +20,7 @@ from .._validation import check_beta
 from ..metrics import n_top_negatives
 from ._ranking import split_classes, top_indices
 from .base import Loss
-from .pairs import PAIR_SUMS
+from .pairs import PAIR_SUMS, PAIR_SUMS_MANY
 
 __all__ = ["PartialAUCLoss", "AUCLoss", "SURROGATES", "check_surrogate"]
 
@@ -78,6 +78,28 @@ class PartialAUCLoss(Loss):
         dscore[pos] = scale * dp
         dscore[top] = scale * dq
         return scale * value, dscore
+
+    def value_and_dscore_many(self, S: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`value_and_dscore` of every column of ``S`` (n, M), vectorised over the columns."""
+        S = np.asarray(S, dtype=np.float64)
+        n, M = S.shape
+        dscore = np.zeros((M, n))
+        pos, neg = split_classes(y)
+        if pos.size == 0 or neg.size == 0:
+            return np.zeros(M), dscore.T
+        T = S.T
+        SP, SN = np.ascontiguousarray(T[:, pos]), np.ascontiguousarray(T[:, neg])
+        m = n_top_negatives(self.beta, neg.size)
+        if m >= neg.size:
+            top = np.broadcast_to(np.arange(neg.size), (M, neg.size))
+        else:
+            top = np.argpartition(SN, neg.size - m, axis=1)[:, neg.size - m:]
+        r = np.arange(M)[:, None]
+        value, DP, DQ = PAIR_SUMS_MANY[self.surrogate](SP, SN[r, top])
+        scale = 1.0 / (pos.size * m)
+        dscore[:, pos] = scale * DP
+        dscore[r, neg[top]] = scale * DQ
+        return scale * value, dscore.T
 
 
 class AUCLoss(PartialAUCLoss):

@@ -36,3 +36,15 @@ class LogLoss(Loss):
         value = float(np.logaddexp(0.0, z).sum() / n)
         sig = 0.5 * (1.0 + np.tanh(0.5 * z))            # sigma(z), stable for any z
         return value, -np.asarray(y, dtype=np.float64) * sig / n
+
+    def value_and_dscore_many(self, S: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`value_and_dscore` of every column of ``S`` (n, M), bit for bit, vectorised."""
+        T = np.ascontiguousarray(np.asarray(S, dtype=np.float64).T)
+        n = T.shape[1]
+        if n == 0:
+            return np.zeros(T.shape[0]), np.zeros((0, T.shape[0]))
+        yf = np.asarray(y, dtype=np.float64)
+        Z = -yf * T
+        values = np.logaddexp(0.0, Z).sum(axis=1) / n
+        sig = 0.5 * (1.0 + np.tanh(0.5 * Z))
+        return values, (-yf * sig / n).T

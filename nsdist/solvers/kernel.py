@@ -293,8 +293,24 @@ class _LazyWeights:
         self.st.W[:, self.cols] = self.W
 
 
+def _loss_groups(losses: Sequence[Loss]) -> list[tuple[Loss, np.ndarray]]:
+    """The live candidates grouped by surrogate (same class and parameters), in order of first appearance.
+
+    A group's scores go to one :meth:`~nsdist.losses.base.Loss.value_and_dscore_many`
+    call, which gives each column bit for bit what ``value_and_dscore`` gives it.
+    """
+    groups: dict[tuple, list[int]] = {}
+    first: dict[tuple, Loss] = {}
+    for j, loss in enumerate(losses):
+        key = (type(loss), tuple(sorted(loss.params().items())))
+        groups.setdefault(key, []).append(j)
+        first.setdefault(key, loss)
+    return [(first[key], np.asarray(idx, dtype=np.intp)) for key, idx in groups.items()]
+
+
 def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, reservoir):
     """The loop of :func:`run_epochs`; returns the intercepts."""
+    groups = _loss_groups(losses)
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
         Xe, ye = X[sl], y[sl]
@@ -310,8 +326,11 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, re
         S += b
         dS = np.empty_like(S)
         values = np.empty(cols.size)
-        for j, loss in enumerate(losses):
-            values[j], dS[:, j] = loss.value_and_dscore(S[:, j], ye)
+        for loss, idx in groups:                          # one call per surrogate, not per candidate
+            if idx.size == 1:
+                values[idx[0]], dS[:, idx[0]] = loss.value_and_dscore(S[:, idx[0]], ye)
+            else:
+                values[idx], dS[:, idx] = loss.value_and_dscore_many(S[:, idx], ye)
         st.epoch += 1
         step = etas / np.sqrt(st.epoch)
         weights.step(Xe, dS, step)

@@ -219,7 +219,8 @@ def _fixed(X, y: np.ndarray, loss: Loss, *, two_pass: bool, buffer_size: int, et
         stream = -rare_label(y)
         reservoir = Reservoir.empty(-stream, buffer_size, X.shape[1], X.dtype, hasattr(X, "tocsr")).offer(
             X, y, ids, random_state)
-    steps, checks = schedule([X.shape[0]], n_passes, random_state=random_state, shuffle=shuffle, check_rows=None)
+    # one block: block 0 every pass, shuffled or not (block_rows shuffles the rows)
+    steps, checks = schedule([X.shape[0]], n_passes, random_state=random_state, shuffle=False, check_rows=None)
     recorder = Recorder(validate)
 
     def run(st: SGDState, first: int, stop: int) -> SGDState:
