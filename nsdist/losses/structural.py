@@ -110,6 +110,36 @@ def _max_f1(sp: np.ndarray, sn: np.ndarray) -> tuple[float, int, int]:
     return float(objective[best]), int(a[best]), int(b[best])
 
 
+def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int) -> np.ndarray:
+    """:func:`_best_false_positives` for every row of ``QS`` (M, n-) at once, bit for bit."""
+    M, n_neg = QS.shape
+    r = np.arange(M)[:, None]
+    twice_a, t0 = 2.0 * a, a + n_pos
+    b = np.zeros((M, a.size), dtype=a.dtype)
+    step = 1 << (n_neg.bit_length() - 1)
+    while step:
+        probe = b + (step - 1)
+        t = t0 + probe
+        delta = twice_a / (t * (t + 1)) + (2.0 / n) * QS[r, np.minimum(probe, n_neg - 1)]
+        b += step * ((probe < n_neg) & (delta > 0))
+        step >>= 1
+    return b
+
+
+def _desc_prefix_sums(V: np.ndarray) -> np.ndarray:
+    """Per row: ``prefix_sums`` of the row sorted decreasingly, shape (M, len + 1)."""
+    return np.concatenate([np.zeros((V.shape[0], 1)), np.cumsum(np.sort(V, axis=1)[:, ::-1], axis=1)], axis=1)
+
+
+def _labelling_dscore_many(S: np.ndarray, pos: np.ndarray, neg: np.ndarray, a: np.ndarray, b: np.ndarray
+                           ) -> np.ndarray:
+    """:func:`_labelling_dscore` of every column (the top sets column by column, as the single call)."""
+    dscore = np.empty(S.shape)
+    for j in range(S.shape[1]):
+        dscore[:, j] = _labelling_dscore(S[:, j], pos, neg, int(a[j]), int(b[j]))
+    return dscore
+
+
 class _FixedCountLoss(Loss):
     """Structural surrogate over labellings with exactly ``K`` positives, ``Delta = 1 - TP/K``."""
 
@@ -125,6 +155,23 @@ class _FixedCountLoss(Loss):
             return 0.0, np.zeros(s.shape[0])
         value, a = _max_fixed_count(s[pos], s[neg], K)
         return value, _labelling_dscore(s, pos, neg, a, K - a)
+
+    def value_and_dscore_many(self, S: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`value_and_dscore` of every column of ``S`` (n, M), the maximisation vectorised."""
+        S = np.asarray(S, dtype=np.float64)
+        n, M = S.shape
+        pos, neg = split_classes(y)
+        K = self._count(n, pos.size)
+        if pos.size == 0 or neg.size == 0:
+            return np.zeros(M), np.zeros((n, M))
+        SP, SN = np.ascontiguousarray(S[pos].T), np.ascontiguousarray(S[neg].T)
+        a = np.arange(max(0, K - neg.size), min(K, pos.size) + 1)
+        CP, CN = _desc_prefix_sums(SP), _desc_prefix_sums(SN)
+        objective = 1.0 - a / K + (2.0 / n) * (CP[:, a] + CN[:, K - a] - SP.sum(axis=1)[:, None])
+        best = np.argmax(objective, axis=1)
+        r = np.arange(M)
+        values, a_best = objective[r, best], a[best]
+        return values, _labelling_dscore_many(S, pos, neg, a_best, K - a_best)
 
 
 class PrecisionAtKLoss(_FixedCountLoss):
@@ -173,3 +220,22 @@ class F1Loss(Loss):
             return 0.0, np.zeros(s.shape[0])
         value, a, b = _max_f1(s[pos], s[neg])
         return value, _labelling_dscore(s, pos, neg, a, b)
+
+    def value_and_dscore_many(self, S: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`value_and_dscore` of every column of ``S`` (n, M), the maximisation vectorised."""
+        S = np.asarray(S, dtype=np.float64)
+        n, M = S.shape
+        pos, neg = split_classes(y)
+        if pos.size == 0 or neg.size == 0:
+            return np.zeros(M), np.zeros((n, M))
+        SP, SN = np.ascontiguousarray(S[pos].T), np.ascontiguousarray(S[neg].T)
+        r = np.arange(M)[:, None]
+        QS = np.sort(SN, axis=1)[:, ::-1]
+        a = np.arange(pos.size + 1)
+        B = _best_false_positives_many(a, QS, pos.size, n)
+        CP = _desc_prefix_sums(SP)
+        CN = np.concatenate([np.zeros((M, 1)), np.cumsum(QS, axis=1)], axis=1)
+        objective = 1.0 - 2.0 * a / (a + B + pos.size) + (2.0 / n) * (CP + CN[r, B] - SP.sum(axis=1)[:, None])
+        best = np.argmax(objective, axis=1)
+        values = objective[r[:, 0], best]
+        return values, _labelling_dscore_many(S, pos, neg, a[best], B[r[:, 0], best])
