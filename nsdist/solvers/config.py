@@ -59,6 +59,10 @@ RANKING_CANDIDATES = (("auc", {"surrogate": "logistic"}), ("pauc", {"beta": 0.1,
 PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
 #: steps (epochs) of the default pass budget and of the check interval
 MAX_STEPS, CHECK_STEPS = 20_000, 50
+#: streamed rows per validation row between two checks: a check scores each validation row with one
+#: product where a training row costs two products and a surrogate, so checks cost about a tenth
+#: of the training between them (at least ``CHECK_STEPS`` buffers apart)
+CHECK_VALIDATION = 5
 #: improvement of the validation measure that resets the early-stopping count
 MIN_DELTA = 1e-4
 
@@ -286,7 +290,7 @@ class TrainConfig:
             passes = max(10, math.ceil(MAX_STEPS / steps_per_pass))
         check_rows = None
         if self.selects:
-            check_rows = max(CHECK_STEPS * min(self.buffer_size, max(n_rows, 1)), 10 * n_validation)
+            check_rows = max(CHECK_STEPS * min(self.buffer_size, max(n_rows, 1)), CHECK_VALIDATION * n_validation)
         return replace(self, candidates=tuple(candidates), passes=passes, check_rows=check_rows, train_k=train_k)
 
     @property
