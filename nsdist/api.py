@@ -20,7 +20,7 @@ from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect
 from .engine.evaluate import evaluate_dataset
-from .engine.holdout import class_counts, gather_validation, plan_holdout, read_sample, sample_partitions
+from .engine.holdout import WorkerSample, check_classes, class_counts, gather_validation, plan_holdout, sample_partitions
 from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
 from .engine.scores import evaluate_sparse_input
@@ -28,9 +28,8 @@ from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
 from .solvers.config import TrainConfig
 from .solvers.kernel import SGDState
-from .solvers.measure import cut_intercept, get_measure
+from .solvers.measure import get_measure
 from .solvers.plan import rounds, schedule
-from .solvers.scaling import row_moments
 from .solvers.select import Selection
 from .solvers.sgd import drive
 
@@ -133,7 +132,13 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     phases: dict[str, float] = {}
     with connect(client) as c:
         t = time.perf_counter()
-        counts = class_counts(c, ds)
+        # only a holdout needs the class counts; otherwise the footers' label statistics usually
+        # show both classes without reading a row (else the label column is read)
+        counts = None
+        if cfg.streaming and validation is None and cfg.selects and cfg.validation_fraction > 0:
+            counts = class_counts(c, ds)
+        else:
+            check_classes(c, ds)
         phases["class_check"] = time.perf_counter() - t
         if not cfg.streaming:
             model = _train_in_memory(cfg, ds)
@@ -168,11 +173,17 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
                                max_rows=cfg.validation_max_rows)
         val, moments = gather_validation(c, ds, holdout, dtype=dtype)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
-    if moments is None or not cfg.selects:  # no pass read every row: a sample gives the moments (and a fixed run's cut)
+    n_val = 0 if val is None else val[0].shape[0]
+    need_cut = (not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded
+                and cfg.fit_intercept)
+    need_moments = moments is None and cfg.standardize and not ds.is_sparse
+    if need_moments or need_cut:  # no pass read every row: a sample gives the moments (and a fixed run's cut)
         parts = sample_partitions(ds, cfg.random_state, cfg.validation_max_rows)
-        sample = read_sample(c, ds, parts, dtype=dtype)
-        moments = moments or row_moments(sample[0].astype(np.float64))
-        log.info("sample: %d rows of %d partition(s) for the moments and the cut", sample[1].shape[0], len(parts))
+        sample = WorkerSample(c, ds, parts, dtype=dtype)      # the rows stay on a worker
+        if need_moments:
+            moments = sample.moments()
+        log.info("sample: %d rows of %d partition(s) for the %s", sample.n_rows, len(parts),
+                 " and ".join(w for w, need in (("moments", need_moments), ("cut", need_cut)) if need))
     phases["validation_sample"] = time.perf_counter() - t
     scaling = cfg.scaling_of(moments, sparse=ds.is_sparse)
     if scaling is not None and val is not None:
@@ -269,10 +280,10 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         if not get_measure(cfg.measure).thresholded:
             b = 0.0
             if cfg.fit_intercept:
-                Xs = sample[0] if scaling is None else scaling.apply(sample[0].copy())
-                k = cfg.k if cfg.train_k is None else cfg.train_k
-                b = cut_intercept(cfg.measure, sample[1], np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
+                b = sample.cut(w, scaling, cfg.measure, cfg.k if cfg.train_k is None else cfg.train_k)
         w, b = raw(w, b)
+    if sample is not None:
+        sample.release()
     phases["cut"] = time.perf_counter() - t
     stats = chain.epoch_stats()
     done_stats = stats[~stats["skipped"]] if stats.size else stats

@@ -61,16 +61,22 @@ class ChainConfig:
 
 
 def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig):
-    """Read one partition and keep its training rows in the pass's stream order (runs on a worker)."""
-    X, y = dataset.read_partition(partition, dtype=cfg.dtype)
-    ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
-    c = cfg.config
-    rows = block_rows(y, ids, pass_index=pass_index, block=partition, random_state=c.random_state,
-                      shuffle=c.shuffle, holdout=cfg.holdout, stream_label=cfg.stream_label)
-    X, y = X[rows], y[rows]
-    if cfg.scaling is not None:
-        X = cfg.scaling.apply(X)
-    return X, y
+    """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
+
+    One gathering copy (:meth:`Dataset.read_block`): the same block, to the bit, as
+    ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``.
+    """
+    c, offset = cfg.config, dataset.partitions[partition].row_offset
+
+    def order(y: np.ndarray) -> np.ndarray:
+        return block_rows(y, offset + np.arange(y.shape[0]), pass_index=pass_index, block=partition,
+                          random_state=c.random_state, shuffle=c.shuffle, holdout=cfg.holdout,
+                          stream_label=cfg.stream_label)
+
+    sc = cfg.scaling
+    shift = None if sc is None or not sc.centered else sc.mean
+    return dataset.read_block(partition, dtype=cfg.dtype, order=order, shift=shift,
+                              scale=None if sc is None else sc.scale)
 
 
 def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: ChainConfig,
@@ -183,9 +189,11 @@ class PartitionChain:
         # files have the same names and sizes, must not share task keys (and so results)
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                          cfg.token(), self._state.to_dict(), self._pos)
-        if self._spec is None:     # the config (its scaling: 2 d floats) travels once, not in every task
+        if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
+            # travel once, not in every task
             self._spec = client.scatter(cfg, broadcast=True, hash=False)
-        spec = self._spec
+            self._ds = client.scatter(self.dataset, broadcast=True, hash=False)
+        spec, ds = self._spec, self._ds
         inflight: deque[tuple[int, Future, list[Future]]] = deque()
         prev: Future | SGDState = self._state
         nxt = self._pos
@@ -198,7 +206,7 @@ class PartitionChain:
                     results = []
                     for i in range(nxt, end + 1):
                         s = steps[i]
-                        block = client.submit(load_block, self.dataset, s.block, s.pass_index, spec,
+                        block = client.submit(load_block, ds, s.block, s.pass_index, spec,
                                               key=f"nsdist-load-{token}-{i}", retries=2)
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
                                                      key=f"nsdist-step-{token}-{i}", priority=1))
