@@ -197,3 +197,26 @@ def test_standardize_is_the_selection_on_rows_scaled_by_every_rows_moments():
     assert float(est.intercept_[0]) == b
     assert np.all(np.abs(est.coef_) < 1e6)
     assert NonDecomposableClassifier("pauc", fit_intercept=False).fit(raw, y).intercept_[0] == 0.0
+
+
+def test_the_pointwise_candidate_learns_an_intercept_the_pairwise_ones_do_not():
+    """logloss is not invariant to a shift of the scores: without an intercept it would spend ``w`` on
+    the class prior (on rare positives and centred features its ranking collapses). Pairwise and
+    structural candidates need none (F1's own keeps its threshold)."""
+    for measure in ("pauc", "f1"):
+        cfg = TrainConfig.from_params(measure=measure).resolve(n_features=4, n_rows=1000, mean_sq_norm=4.0,
+                                                               n_validation=100)
+        for c in cfg.candidates:
+            want = c.loss.name == "logloss" or (measure == "f1" and c.loss.name == "f1")
+            assert c.learn_b == want, c.name
+        off = TrainConfig.from_params(measure=measure, fit_intercept=False).resolve(
+            n_features=4, n_rows=1000, mean_sq_norm=4.0, n_validation=100)
+        assert not any(c.learn_b for c in off.candidates)
+    # trained: the logloss candidates' intercepts go to the (negative) log-odds side of 8% positives
+    X, y = make_data(n=3000, pos=0.08)
+    est = NonDecomposableClassifier("pauc", random_state=0, n_passes=3).fit(X, y)
+    st_ = est._state
+    logloss = [j for j, c in enumerate(est.config_.candidates) if c.loss.name == "logloss"]
+    pairwise = [j for j, c in enumerate(est.config_.candidates) if c.loss.name != "logloss"]
+    assert np.all(st_.b[logloss] < 0.0)
+    assert np.all(st_.b[pairwise] == 0.0)

@@ -90,7 +90,8 @@ class Candidate:
     eta : float
         Its step scale ``eta``.
     learn_b : bool
-        It learns an intercept (F1's own surrogate).
+        It learns an intercept (F1's own surrogate; the point-wise logloss, which is not
+        invariant to a shift of the scores).
     """
 
     name: str
@@ -102,6 +103,11 @@ class Candidate:
     def describe(self) -> dict:
         return {"name": self.name, "loss": self.loss.name, **self.loss.params(), "eta": self.eta,
                 "step_scale": self.step_scale}
+
+
+def loss_is_shift_invariant(loss: Loss) -> bool:
+    """The loss depends on the scores' differences only (pairwise and structural ones), not on a shift."""
+    return loss.name != "logloss"
 
 
 def _check_int(name: str, value, low: int, allow_none: bool = False) -> None:
@@ -280,7 +286,10 @@ class TrainConfig:
             for c in scales:
                 eta = float(self.eta) if c is None else c / float(mean_sq_norm)
                 tag = label if c is None else f"{label}@{c:g}"
-                candidates.append(Candidate(tag, loss, c, eta, bool(own and measure.thresholded and self.fit_intercept)))
+                # F1's own surrogate learns its threshold; the point-wise loss is not invariant to a
+                # shift of the scores, so without an intercept it spends w on the class prior
+                learn_b = (own and measure.thresholded) or not loss_is_shift_invariant(loss)
+                candidates.append(Candidate(tag, loss, c, eta, bool(learn_b and self.fit_intercept)))
         steps_per_pass = max(1, math.ceil(n_rows / self.buffer_size))
         if self.n_passes is not None:
             passes = self.n_passes
