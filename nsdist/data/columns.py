@@ -277,59 +277,11 @@ class FeatureSchema:
             offset += len(chunk)
 
     def _sparse_matrix(self, table: pa.Table, dtype: np.dtype, where: str) -> sp.csr_matrix:
-        """The CSR matrix of the ``indices``/``values`` columns, every row checked."""
-        d, n = self.n_features, table.num_rows
-        idx = table.column("indices").combine_chunks()
-        val = table.column("values").combine_chunks()
-        for name, column in (("indices", idx), ("values", val)):
-            if column.null_count:
-                row = _first(column.is_null().to_numpy(zero_copy_only=False))
-                raise ValueError(f"{where}: row {row}: {name!r} is missing (null)")
-        lengths = pc.list_value_length(idx).to_numpy(zero_copy_only=False).astype(np.int64)
-        val_lengths = pc.list_value_length(val).to_numpy(zero_copy_only=False)
-        if not np.array_equal(lengths, val_lengths):
-            row = _first(lengths != val_lengths)
-            raise ValueError(f"{where}: row {row}: 'indices' has {lengths[row]} entries but 'values' "
-                             f"{val_lengths[row]}; they must have the same length")
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        nnz = int(indptr[-1])
+        """The CSR matrix of the ``indices``/``values`` columns, every row checked
+        (:func:`nsdist.data.layout.sparse_matrix`)."""
+        from nsdist.data.layout import sparse_matrix
 
-        def row_of(t: int) -> int:
-            return int(np.searchsorted(indptr, t, side="right") - 1)
-
-        flat_idx, flat_val = idx.flatten(), val.flatten()
-        for name, flat in (("indices", flat_idx), ("values", flat_val)):
-            if flat.null_count:
-                t = _first(flat.is_null().to_numpy(zero_copy_only=False))
-                raise ValueError(f"{where}: row {row_of(t)}: {name!r} holds a missing (null) entry")
-        cols = flat_idx.to_numpy(zero_copy_only=False)
-        if nnz and (cols.min() < 0 or cols.max() >= d):
-            t = _first((cols < 0) | (cols >= d))
-            raise ValueError(f"{where}: row {row_of(t)}: feature index {cols[t]} is outside [0, {d})")
-        if nnz > 1:
-            bad = cols[1:] <= cols[:-1]
-            starts = indptr[1:-1]
-            starts = starts[(starts > 0) & (starts < nnz)]
-            bad[starts - 1] = False          # a row's first entry may be anything
-            if bad.any():
-                t = _first(bad) + 1
-                what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
-                raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
-                                 "indices must be strictly increasing within a row")
-        values = np.array(pc.cast(flat_val, pa.from_numpy_dtype(dtype), safe=False)
-                          .to_numpy(zero_copy_only=False), dtype=dtype)
-        finite = np.isfinite(values)
-        if not finite.all():
-            t = _first(~finite)
-            raise ValueError(f"{where}: row {row_of(t)}: feature {self.names[int(cols[t])]!r} = "
-                             f"{values[t]} is not finite")
-        small = max(d, nnz) < 2**31
-        itype = np.int32 if small else np.int64
-        X = sp.csr_matrix((values, np.array(cols, dtype=itype), indptr.astype(itype, copy=False)),
-                          shape=(n, d), copy=False)
-        X.has_sorted_indices = True
-        return X
+        return sparse_matrix(table, self.n_features, dtype, where, names=self.names)
 
 
 def _names(metadata: dict, d: int, where: str) -> tuple[str, ...] | NameRange:

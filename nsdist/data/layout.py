@@ -20,6 +20,12 @@ arithmetic is faster than CSR) and dense CSV files stay dense; a CSV with
 one-hot categorical columns of many levels goes sparse.  Partitions and row groups of the sparse
 layout are sized by their non-zeros (:func:`partition_rows`,
 :func:`row_group_rows`), not by ``rows * d``.
+
+Reading (:func:`sparse_matrix`): the list columns of a table become a
+``scipy.sparse.csr_matrix`` with the row pointers built from the lists' offsets
+and the data and indices taken from Arrow's buffers (no copy for a table of one
+chunk whose types are the matrix's; one gathering copy otherwise), every row
+checked with whole-array operations (docs/engine.md §Dataset format).
 """
 from __future__ import annotations
 
@@ -27,10 +33,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 
 __all__ = ["LAYOUTS", "check_layout", "choose_layout", "arrow_schema", "record_batch",
-           "partition_rows", "row_group_rows", "ROW_GROUP_NNZ"]
+           "partition_rows", "row_group_rows", "ROW_GROUP_NNZ", "sparse_matrix"]
 
 LAYOUTS = ("auto", "dense", "sparse")
 ROW_GROUP_NNZ = 2**20          # non-zeros per Parquet row group of the sparse layout
@@ -114,3 +121,123 @@ def row_group_rows(layout: str, n_rows: int, nnz: int) -> int | None:
     if layout != "sparse" or n_rows == 0:
         return None
     return int(max(1, min(n_rows, ROW_GROUP_NNZ * n_rows // max(nnz, 1))))
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.argmax(mask))
+
+
+def _numpy(arr: pa.Array) -> np.ndarray:
+    """A primitive Arrow array without nulls as a numpy array: a writable view of its buffer when
+    Arrow allows it (freshly decoded Parquet pages), else a copy."""
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    buf = arr.buffers()[1]
+    if buf is not None and buf.is_mutable and pa.types.is_primitive(arr.type) and not pa.types.is_boolean(arr.type):
+        return np.frombuffer(buf, dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+    return np.array(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _list_parts(column: pa.ChunkedArray, name: str, where: str, n: int):
+    """``(indptr, flats)`` of one list column: int64 row pointers from 0 (length ``n + 1``) and the
+    flat child values of each chunk (Arrow arrays, sliced to the chunk's rows)."""
+    indptr = np.empty(n + 1, dtype=np.int64)
+    indptr[0] = 0
+    flats, row = [], 0
+    for chunk in column.chunks:
+        m = len(chunk)
+        if m == 0:
+            continue
+        if chunk.null_count:
+            raise ValueError(f"{where}: row {row + _first(chunk.is_null().to_numpy(zero_copy_only=False))}: "
+                             f"{name!r} is missing (null)")
+        offsets = _numpy(chunk.offsets).astype(np.int64, copy=False)
+        start = int(offsets[0])
+        np.add(offsets[1:], indptr[row] - start, out=indptr[row + 1:row + m + 1])
+        flats.append(chunk.values.slice(start, int(offsets[-1]) - start))
+        row += m
+    return indptr, flats
+
+
+def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str = "",
+                  names: Sequence[str] | None = None) -> sp.csr_matrix:
+    """The ``(n, n_features)`` CSR matrix of a table's ``indices``/``values`` list columns, every row checked.
+
+    ``indptr`` comes from the list offsets, ``data`` and ``indices`` from the
+    child arrays (views of Arrow's buffers for a one-chunk table whose types are
+    the matrix's: ``dtype`` values, int32 indices while ``max(d, nnz) < 2^31``).
+    The checks: both lists present and of equal length in every row, no missing
+    entry, every index in ``[0, d)`` and strictly increasing within its row (no
+    duplicates), every value finite.
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: row r: ..."`` naming the first offending row (0-based) and
+        what is wrong with it; a non-finite value also names its feature
+        (``names[j]``, or ``x{j}``).
+    """
+    dtype = np.dtype(dtype)
+    d, n = int(n_features), table.num_rows
+    indptr, flat_idx = _list_parts(table.column("indices"), "indices", where, n)
+    val_indptr, flat_val = _list_parts(table.column("values"), "values", where, n)
+    if not np.array_equal(indptr, val_indptr):
+        lengths, val_lengths = np.diff(indptr), np.diff(val_indptr)
+        row = _first(lengths != val_lengths)
+        raise ValueError(f"{where}: row {row}: 'indices' has {lengths[row]} entries but 'values' "
+                         f"{val_lengths[row]}; they must have the same length")
+    nnz = int(indptr[-1])
+
+    def row_of(t: int) -> int:
+        return int(np.searchsorted(indptr, t, side="right") - 1)
+
+    itype = np.int32 if max(d, nnz) < 2**31 else np.int64
+    cols = _gather(flat_idx, "indices", itype, nnz, where, row_of, d)
+    values = _gather(flat_val, "values", dtype, nnz, where, row_of, None)
+    if nnz > 1:
+        bad = cols[1:] <= cols[:-1]
+        starts = indptr[1:-1]
+        starts = starts[(starts > 0) & (starts < nnz)]
+        bad[starts - 1] = False          # a row's first entry may be anything
+        if bad.any():
+            t = _first(bad) + 1
+            what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
+            raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
+                             "indices must be strictly increasing within a row")
+    # one pass: a sum of finite values is finite unless it overflows (then the exact check decides)
+    if nnz and not np.isfinite(np.add.reduce(values, dtype=np.float64)):
+        finite = np.isfinite(values)
+        if not finite.all():
+            t = _first(~finite)
+            j = int(cols[t])
+            name = names[j] if names is not None else f"x{j}"
+            raise ValueError(f"{where}: row {row_of(t)}: feature {name!r} = {values[t]} is not finite")
+    X = sp.csr_matrix((values, cols, indptr.astype(itype, copy=False)), shape=(n, d), copy=False)
+    X.has_sorted_indices = True
+    return X
+
+
+def _gather(flats: list, name: str, dtype: np.dtype, nnz: int, where: str, row_of, d: int | None) -> np.ndarray:
+    """The chunks' flat child values as one array of ``dtype`` (a view when there is one chunk of that
+    type); ``d``: indices, checked to lie in ``[0, d)`` before any cast."""
+    parts, offset = [], 0
+    for flat in flats:
+        if flat.null_count:
+            t = offset + _first(flat.is_null().to_numpy(zero_copy_only=False))
+            raise ValueError(f"{where}: row {row_of(t)}: {name!r} holds a missing (null) entry")
+        if pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type):
+            a = _numpy(flat)
+        else:                                   # decimals, booleans: Arrow's cast
+            a = np.asarray(pc.cast(flat, pa.from_numpy_dtype(dtype), safe=False).to_numpy(zero_copy_only=False))
+        if d is not None and a.size and (a.min() < 0 or a.max() >= d):
+            t = _first((a < 0) | (a >= d))
+            raise ValueError(f"{where}: row {row_of(offset + t)}: feature index {a[t]} is outside [0, {d})")
+        parts.append(a)
+        offset += a.size
+    if len(parts) == 1 and parts[0].dtype == dtype and parts[0].flags.writeable:
+        return parts[0]
+    out = np.empty(nnz, dtype=dtype)
+    offset = 0
+    for a in parts:
+        out[offset:offset + a.size] = a                 # numpy's cast (float32 -> float64 exact)
+        offset += a.size
+    return out

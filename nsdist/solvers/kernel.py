@@ -24,11 +24,9 @@ from typing import Sequence
 import numpy as np
 
 from ..losses.base import Loss, weight_gradient
+from .lazy import LazyWeights, use_lazy
 
 __all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states"]
-
-#: ``d x M`` from which CSR blocks update the weights lazily (:class:`_LazyWeights`)
-LAZY_SIZE = 1 << 22
 
 #: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
@@ -227,10 +225,9 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     learn_b = np.asarray(population.learn_b, dtype=bool)[cols]
     slices = epoch_slices(X.shape[0], buffer_size)
     stats = np.zeros(len(slices), dtype=EPOCH_STATS)
-    # dense updates cost O(d M) a step, lazy ones O(nnz M) plus their bookkeeping: measured on 2^20
-    # features, lazy is 2.4x faster at M = 20 and 0.8x at M = 1 (the crossing is near d M = 2^22)
-    lazy = hasattr(X, "tocsr") and radius is None and X.shape[1] * cols.size >= LAZY_SIZE
-    weights = (_LazyWeights if lazy else _DenseWeights)(st, cols, radius)
+    # dense updates cost O(d M) an epoch, lazy ones O(nnz M) (nsdist/solvers/lazy.py)
+    lazy = use_lazy(X, cols.size, buffer_size, radius)
+    weights = (LazyWeights if lazy else _DenseWeights)(st, cols, radius)
     with np.errstate(over="ignore", invalid="ignore"):   # a diverging candidate goes non-finite: the
         b = _epochs(st, X, y, slices, stats, weights, st.b[cols], losses, etas, learn_b, cols, reservoir)
     weights.finish()                                      # selection drops it at its next check
@@ -252,44 +249,6 @@ class _DenseWeights:
         self.st.W_sum[:, self.cols] += self.W
 
     def finish(self) -> None:
-        self.st.W[:, self.cols] = self.W
-
-
-class _LazyWeights:
-    """``W`` of the live candidates for CSR rows: each step touches only the buffer's features.
-
-    A step costs ``O(nnz * M)``, not ``O(d * M)``.  The iterate sum is kept
-    lazily: with ``W_{e0}`` the iterate at the block's start, the updates
-    ``Delta_t`` and ``U = sum_t t Delta_t`` (over the touched rows only), the
-    block's iterates add up to ``sum_{e=e0+1..E} W_e = (E - e0) W_{e0} +
-    (E + 1)(W_E - W_{e0}) - U``, applied once at the block's end.
-    """
-
-    def __init__(self, st: SGDState, cols: np.ndarray, radius: float | None) -> None:
-        self.st, self.cols, self.e0 = st, cols, st.epoch
-        self.W0 = st.W[:, cols]
-        self.W = self.W0.copy()
-        self.U = np.zeros_like(self.W)
-        self._sub = None
-
-    def scores(self, Xe) -> np.ndarray:
-        import scipy.sparse as sp
-        Xe = Xe.tocsr()
-        touched, local = np.unique(Xe.indices, return_inverse=True)
-        Xs = sp.csr_matrix((Xe.data, local.reshape(-1), Xe.indptr), shape=(Xe.shape[0], touched.size))
-        self._sub = (touched, Xs)
-        return np.asarray(Xs @ self.W[touched].astype(Xe.dtype, copy=False), dtype=np.float64)
-
-    def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
-        touched, Xs = self._sub
-        delta = -np.asarray(Xs.T @ dS.astype(Xs.dtype, copy=False), dtype=np.float64) * step
-        self.W[touched] += delta
-        self.U[touched] += self.st.epoch * delta
-
-    def finish(self) -> None:
-        n = self.st.epoch - self.e0
-        if n:
-            self.st.W_sum[:, self.cols] += n * self.W0 + (self.st.epoch + 1) * (self.W - self.W0) - self.U
         self.st.W[:, self.cols] = self.W
 
 

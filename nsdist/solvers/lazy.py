@@ -1,0 +1,141 @@
+"""Lazy weight updates for CSR blocks: each epoch touches only the features of its buffer.
+
+:func:`~nsdist.solvers.kernel.run_epochs` steps ``W`` (``d x M``, one column per
+candidate) once per epoch buffer.  With dense rows (or a projection onto an L2
+ball, which rescales every weight) the step is ``W <- W - step * X_e.T @ dS``
+on the whole matrix and the averaged-iterate sum ``W_sum += W`` is too:
+``O(d M)`` per epoch, whatever the buffer holds.  A buffer of ``s`` sparse rows
+touches at most ``nnz(X_e)`` features (500 text rows of ~100 non-zeros: ~50 000
+of 2^20), and every other weight stays as it is.  :class:`LazyWeights` does
+``O(nnz(X_e) M)`` work per epoch:
+
+* **Touched features without sorting.**  A scratch array ``slot`` of length
+  ``d`` (allocated once per block, never cleared) maps a feature to its place in
+  the epoch's touched list: ``slot[cols] = arange(nnz)``; the entries ``t`` with
+  ``slot[cols[t]] == t`` are one per distinct feature (whichever write won),
+  which gives the touched features ``T`` in ``O(nnz)``; then
+  ``slot[T] = arange(|T|)`` and ``local = slot[cols]``.  No ``np.unique``.
+* **Scores and gradient on the touched rows of W.**  ``X_e`` re-indexed to
+  ``|T|`` columns (the same data and row pointers) multiplies ``W[T]``; its
+  transpose multiplies ``dS`` (only the rows with a non-zero ``dS``,
+  :func:`~nsdist.losses.base.weight_gradient`).  A CSR product sums each row,
+  and each feature of the transposed product, in the stored order whatever the
+  column numbering, so the scores, the gradient and the iterate ``W`` are the
+  dense update's **bit for bit**; an untouched weight has gradient 0 and the
+  dense step leaves it as it is.
+* **The iterate sum, lazily.**  Over a block that starts at epoch ``e0`` with
+  iterate ``W0`` and takes steps ``Delta_1 .. Delta_n`` (local epochs
+  ``t = 1..n``), the iterates ``W_t = W0 + sum_{u<=t} Delta_u`` add up to
+  ``sum_t W_t = (n + 1) W_n - W0 - sum_t t Delta_t``.  ``Y = -W0 - sum_t t
+  Delta_t`` is kept on the touched rows (``Y[T] -= t Delta_t``), and at the
+  block's end ``W_sum += (n + 1) W_n + Y``: one ``O(d M)`` pass per block, not per
+  epoch.  This equals the dense running sum to float rounding (a few ulps of
+  ``W_sum``), not bit for bit.  It is a pure function of the block and the state
+  handed in, so a run is bit-identical to itself and the engine to the estimator
+  on the same blocks (the plan gives both the same blocks, ``docs/solvers.md``
+  §Determinism).
+
+The kernel picks the lazy update for CSR blocks without a projection when a
+buffer touches few of the ``d`` features (:func:`use_lazy`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["LazyWeights", "use_lazy", "LAZY_FEATURES", "LAZY_FRACTION"]
+
+#: below this many features the dense update is always used (its whole-matrix passes are cheap)
+LAZY_FEATURES = 1 << 12
+#: lazy when a buffer's non-zeros (the most an epoch touches) are at most this fraction of ``d``
+LAZY_FRACTION = 0.25
+
+
+def use_lazy(X, n_candidates: int, buffer_size: int, radius: float | None) -> bool:
+    """Whether :func:`~nsdist.solvers.kernel.run_epochs` updates ``W`` lazily for block ``X``.
+
+    CSR rows, no projection (a projection rescales every weight), at least
+    :data:`LAZY_FEATURES` features, and a buffer of the block's mean row density
+    touching at most :data:`LAZY_FRACTION` of them.  A pure function of the
+    block's shape, non-zero count and ``buffer_size``.
+    """
+    if radius is not None or not hasattr(X, "tocsr") or n_candidates == 0:
+        return False
+    n, d = X.shape
+    if d < LAZY_FEATURES or n == 0:
+        return False
+    per_buffer = X.nnz / n * min(buffer_size, n)
+    return per_buffer <= LAZY_FRACTION * d
+
+
+class LazyWeights:
+    """``W`` of the live candidates for CSR rows: each step touches only the buffer's features.
+
+    The interface of the kernel's weights: :meth:`scores` (``X_e @ W``),
+    :meth:`step` (``W -= X_e.T @ dS * step``, the sum of the iterates kept
+    lazily) and :meth:`finish` (write ``W`` and the block's iterate sum back into
+    the state).  See the module docstring.
+    """
+
+    def __init__(self, st, cols: np.ndarray, radius: float | None) -> None:
+        if radius is not None:
+            raise ValueError("lazy updates cannot project (the projection rescales every weight)")
+        self.st, self.cols, self.e0 = st, cols, st.epoch
+        self.whole = cols.size == st.W.shape[1]
+        # the state is the kernel's own copy: with every candidate alive, update its W in place
+        self.W = st.W if self.whole else st.W[:, cols]
+        self.Y = -self.W                                  # -W0 - sum_t t Delta_t
+        self.slot = np.empty(self.W.shape[0], dtype=np.intp)
+        self._arange = np.arange(0, dtype=np.int32)
+
+    def scores(self, Xe) -> np.ndarray:
+        """``X_e @ W``: ``X_e`` with one column per stored entry times ``W`` gathered at the entries'
+        features -- each row sums the same products in the same order as ``X_e @ W``."""
+        import scipy.sparse as sp
+
+        nnz = Xe.indices.shape[0]
+        if self._arange.shape[0] < nnz:
+            self._arange = np.arange(max(nnz, 2 * self._arange.shape[0]), dtype=Xe.indptr.dtype)
+        Xn = sp.csr_matrix((Xe.data, self._arange[:nnz], Xe.indptr), shape=(Xe.shape[0], nnz), copy=False)
+        if self.W.shape[1] == 1:                          # one candidate: a vector (csr_matvec)
+            Wn = np.take(self.W[:, 0], Xe.indices).astype(Xe.dtype, copy=False)
+            return np.asarray(Xn @ Wn, dtype=np.float64).reshape(-1, 1)
+        Wn = np.take(self.W, Xe.indices, axis=0).astype(Xe.dtype, copy=False)
+        return np.asarray(Xn @ Wn, dtype=np.float64)
+
+    def _touched(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(T, local)``: the distinct features of ``cols`` and each entry's place in ``T``, in ``O(len(cols))``."""
+        slot = self.slot
+        order = np.arange(cols.shape[0], dtype=np.intp)
+        slot[cols] = order
+        touched = cols[slot[cols] == order]               # one entry per distinct feature
+        slot[touched] = order[:touched.shape[0]]
+        return touched, slot[cols]
+
+    def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
+        """``W -= (X_e.T @ dS) * step`` on the features of the rows with a non-zero ``dS`` (the rows
+        :func:`~nsdist.losses.base.weight_gradient` uses), and the lazy sum ``Y``."""
+        import scipy.sparse as sp
+
+        nz = np.flatnonzero(dS != 0 if dS.ndim == 1 else np.any(dS != 0, axis=1))
+        if nz.shape[0] == 0:
+            return
+        if 4 * nz.shape[0] >= dS.shape[0]:                # weight_gradient's choice of rows
+            rows, coeffs = Xe, dS
+        else:
+            rows, coeffs = Xe[nz], dS[nz]
+        touched, local = self._touched(rows.indices)
+        Xs = sp.csr_matrix((rows.data, local, rows.indptr), shape=(rows.shape[0], touched.shape[0]), copy=False)
+        g = np.asarray(Xs.T @ coeffs.astype(Xs.dtype, copy=False)).astype(np.float64, copy=False)
+        delta = -g * step
+        self.W[touched] += delta
+        self.Y[touched] -= (self.st.epoch - self.e0) * delta
+
+    def finish(self) -> None:
+        n = self.st.epoch - self.e0
+        if n:
+            if self.whole:
+                self.st.W_sum += (n + 1) * self.W + self.Y
+            else:
+                self.st.W_sum[:, self.cols] += (n + 1) * self.W + self.Y
+        if not self.whole:
+            self.st.W[:, self.cols] = self.W
