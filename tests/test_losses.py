@@ -389,3 +389,27 @@ def test_value_and_dscore_many_is_the_loop_bit_for_bit(name, params, n, m, seed,
         v, d = loss.value_and_dscore(S[:, j], y)
         assert v == values[j]
         np.testing.assert_array_equal(d, dS[:, j])
+
+
+@fast
+@given(n_pos=st.integers(1, 80), n_neg=st.integers(1, 500), seed=st.integers(0, 2**32 - 1),
+       scale=st.sampled_from([1e-3, 1.0, 1e3]), ties=st.booleans())
+def test_f1_best_false_positives_counted_equals_searched(n_pos, n_neg, seed, scale, ties):
+    """Small buffers count ``b*(a)`` on the whole delta table, large ones binary-search it: the same ``b*``."""
+    from nsdist.losses import structural
+
+    rng = np.random.default_rng(seed)
+    qs = rng.standard_normal(n_neg) * scale
+    qs = np.sort(np.round(qs / scale) * scale if ties else qs)[::-1]
+    a, n = np.arange(n_pos + 1), n_pos + n_neg
+    counted = structural._best_false_positives(a, qs, n_pos, n)
+    many = structural._best_false_positives_many(a, np.stack([qs, qs]), n_pos, n)
+    saved = structural._DENSE_SEARCH
+    try:
+        structural._DENSE_SEARCH = 0
+        searched = structural._best_false_positives(a, qs, n_pos, n)
+        many_searched = structural._best_false_positives_many(a, np.stack([qs, qs]), n_pos, n)
+    finally:
+        structural._DENSE_SEARCH = saved
+    for b in (counted, many[0], many[1], many_searched[0]):
+        np.testing.assert_array_equal(b, searched)

@@ -68,6 +68,10 @@ def _max_fixed_count(sp: np.ndarray, sn: np.ndarray, K: int) -> tuple[float, int
     return float(objective[best]), int(a[best])
 
 
+#: (a, b) pairs up to which b*(a) is counted on the whole delta table rather than searched
+_DENSE_SEARCH = 1 << 15
+
+
 def _best_false_positives(a: np.ndarray, qs: np.ndarray, n_pos: int, n: int) -> np.ndarray:
     r"""``b*(a) = argmax_b [-F1(a, b) + (2/n) CN[b]]`` for every ``a`` at once.
 
@@ -83,6 +87,10 @@ def _best_false_positives(a: np.ndarray, qs: np.ndarray, n_pos: int, n: int) -> 
     (by powers of two) run for all ``a`` together: O(n+ log n-).
     """
     twice_a, t0 = 2.0 * a, a + n_pos
+    if a.size * qs.size <= _DENSE_SEARCH:       # small buffers: count the rising b's directly (the same
+        t = t0[:, None] + np.arange(qs.size)    # delta values, so the same b* as the search)
+        delta = twice_a[:, None] / (t * (t + 1)) + (2.0 / n) * qs
+        return np.count_nonzero(delta > 0, axis=1).astype(a.dtype)
     b = np.zeros_like(a)
     step = 1 << (qs.size.bit_length() - 1)
     while step:
@@ -115,6 +123,10 @@ def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int
     M, n_neg = QS.shape
     r = np.arange(M)[:, None]
     twice_a, t0 = 2.0 * a, a + n_pos
+    if M * a.size * n_neg <= _DENSE_SEARCH:
+        t = t0[:, None] + np.arange(n_neg)
+        delta = (twice_a[:, None] / (t * (t + 1)))[None] + (2.0 / n) * QS[:, None, :]
+        return np.count_nonzero(delta > 0, axis=2).astype(a.dtype)
     b = np.zeros((M, a.size), dtype=a.dtype)
     step = 1 << (n_neg.bit_length() - 1)
     while step:
