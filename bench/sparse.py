@@ -293,8 +293,16 @@ PARTS = ("scan", "libsvm-train", "text-onepass", "text-onepass-rss", "text-sklea
 LIBSVM_FIXED = {"prec@k structural": dict(measure="prec@k", k=0.01, solver="1pmb", eta=1.0, n_passes=2),
                 "auc logistic": dict(measure="auc", surrogate="logistic", solver="1pmb", eta=1.0, n_passes=2)}
 # 1PMB one-pass runs on the text-like data: buffer_size:std|raw:eta, eta = 10 / E||x||^2 (E||x||^2 = 1 for the
-# raw L2-normalised rows, 625,494 after the scale-only standardisation, measured on partition 0)
-TEXT_ONEPASS = "500:std:1.6e-5,500:raw:10,5000:raw:10"
+# raw L2-normalised rows).  Sparse data trains as stored under standardize=True too (since c10c707), so "std"
+# runs are the "raw" ones; the older results (before c10c707) had 500:std:1.6e-5 (625,494 after scaling).
+TEXT_ONEPASS = "500:raw:10,5000:raw:10"
+# what changed between the older stored results and the current ones (shown with the tables)
+CHANGES = ("Since the older numbers: sparse data is no longer standardised by default; the epoch kernel updates only "
+           "the weights a buffer touches for CSR blocks whenever a buffer's non-zeros are at most d/4 (also for one "
+           "candidate; `nsdist/solvers/lazy.py`: scores by gathering W at the buffer's entries, the gradient only on "
+           "the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
+           "`np.unique`), epoch buffers are CSR views instead of copies, and partitions are read into CSR from the "
+           "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`).")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 
@@ -583,13 +591,17 @@ def text_defaults(work: Path, progress: Path | None = None, extra: dict | None =
 
 def kernel_cost(work: Path) -> dict:
     """The epoch kernel alone (``run_epochs``, one process): the same rows and non-zeros at d = 2^20 and at
-    d = 2^14 (indices folded modulo d), one candidate and the default population, two buffer sizes."""
+    d = 2^14 (indices folded modulo d), one candidate and the default population, two buffer sizes; each with
+    the update the kernel chooses (lazy for CSR buffers touching few features) and with the dense update
+    forced (the whole d x M matrix every epoch)."""
     import scipy.sparse as sp
 
+    import nsdist.solvers.kernel as kernel
     from nsdist.solvers.config import TrainConfig
     from nsdist.solvers.kernel import SGDState, run_epochs
+    from nsdist.solvers.lazy import use_lazy
 
-    X, y = Dataset.open(work / "text").read_partition(0)
+    X, y = Dataset.open(work / "text").read_partition(0, dtype=np.float32)     # the files' width, as trained
     rows = []
     for d in (X.shape[1], 2**14):
         Xd = sp.csr_matrix((X.data, X.indices % d, X.indptr), shape=(X.shape[0], d))
@@ -600,14 +612,24 @@ def kernel_cost(work: Path) -> dict:
             M = len(cfg.candidates)
             n = 20_000 if M == 1 else 5_000
             for bs in (500, 5000):
-                start = time.perf_counter()
-                run_epochs(SGDState.zeros(d, M), Xd[:n], y[:n], cfg.population, buffer_size=bs)
-                sec = time.perf_counter() - start
-                r = {"d": d, "candidates": M, "buffer_size": bs, "rows": n, "nnz": int(Xd[:n].nnz), "seconds": sec,
-                     "rows_per_s": n / sec, "ms_per_epoch": 1000 * sec / -(-n // bs)}
-                rows.append(r)
-                print(_now(), json.dumps(r), flush=True)
-    return {"rows": rows}
+                chosen = "lazy" if use_lazy(Xd[:n], M, bs, None) else "dense"
+                for update in dict.fromkeys((chosen, "dense")):
+                    kernel.use_lazy = use_lazy if update == chosen else (lambda *a: False)
+                    try:
+                        secs = []
+                        for _ in range(3):
+                            start = time.perf_counter()
+                            run_epochs(SGDState.zeros(d, M), Xd[:n], y[:n], cfg.population, buffer_size=bs)
+                            secs.append(time.perf_counter() - start)
+                    finally:
+                        kernel.use_lazy = use_lazy
+                    sec = statistics.median(secs)
+                    r = {"d": d, "candidates": M, "buffer_size": bs, "rows": n, "nnz": int(Xd[:n].nnz),
+                         "update": update, "chosen": update == chosen, "seconds": sec, "all_seconds": secs,
+                         "rows_per_s": n / sec, "ms_per_epoch": 1000 * sec / -(-n // bs)}
+                    rows.append(r)
+                    print(_now(), json.dumps(r), flush=True)
+    return {"rows": rows, "dtype": "float32"}
 
 
 def _pct(x) -> str:
@@ -720,6 +742,24 @@ def markdown_training(t: dict) -> list[str]:
             for r in op["runs"]) + ".", ""]
         if op.get("note"):
             lines += [op["note"], ""]
+    if op:
+        lines += [CHANGES, ""]
+    old_op = t.get("text_onepass_older")
+    if old_op:
+        lines += [f"Older one-pass numbers (finished {old_op.get('finished', '?')}, before the changes above; "
+                  "same files, same calls):", "",
+                  "| buffer_size, standardize | ETA | scan rows/s | whole-job rows/s | ratio whole-job / scan | "
+                  "chain rows/s | test Prec@1% | test F1 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, x in old_op["summary"].items():
+            lines.append(f"| {name} (older) | {x['eta']:.2g} | {x['scan_rows_per_s']:,.0f} | "
+                         f"{x['rows_per_s_whole_job']:,.0f} | {x['ratio_whole_job_vs_scan']:.2f}x | "
+                         f"{x['rows_per_s_chain']:,.0f} | {_pct(x['test']['precision_at_k'])} | "
+                         f"{_pct(x['test']['f1_score'])} |")
+        lines.append("")
+    old_rss = t.get("text_onepass_rss_older")
+    if old_rss:
+        lines += [f"Older worker peak RSS (finished {old_rss.get('finished', '?')}): " + "; ".join(
+            f"{r['config']}: {', '.join(_mib(x) for x in r['worker_peak_rss'])}" for r in old_rss["runs"]) + ".", ""]
     rss = t.get("text_onepass_rss")
     if rss:
         lines += ["### Text-like data: memory of the workers", "",
@@ -772,15 +812,29 @@ def markdown_training(t: dict) -> list[str]:
     if kc:
         lines += ["### Where the time goes: the epoch kernel at two widths", "",
                   "`run_epochs` alone in one process on the first rows of a text-like partition (~100 non-zeros per "
-                  "row), the same rows and non-zeros with the feature indices folded to d = 2^14; one candidate "
-                  "(`eta` and `n_passes` fixed) and the default population (`n_passes` and `eta` unset).", "",
-                  "| d | candidates | buffer_size | rows | rows/s | ms per epoch |", "|---:|---:|---:|---:|---:|---:|"]
+                  f"row, {kc.get('dtype', 'float64')}), the same rows and non-zeros with the feature indices folded "
+                  "to d = 2^14; one candidate (`eta` and `n_passes` fixed) and the default population (`n_passes` and "
+                  "`eta` unset). Update: the one the kernel chooses (lazy: only the touched weights) and the dense one "
+                  "forced (the whole d x M matrix each epoch); median of 3.", "",
+                  "| d | candidates | buffer_size | rows | update | rows/s | ms per epoch |",
+                  "|---:|---:|---:|---:|---|---:|---:|"]
         for r in kc["rows"]:
+            upd = r.get("update", "as chosen then")
+            upd = upd + (" (chosen)" if r.get("chosen") and r.get("update") == "dense" else "")
             lines.append(f"| 2^{int(np.log2(r['d']))} | {r['candidates']} | {r['buffer_size']} | {r['rows']:,} | "
-                         f"{r['rows_per_s']:,.0f} | {r['ms_per_epoch']:.1f} |")
-        lines += ["", "The cost per epoch grows with d x candidates, not with the non-zeros: every epoch updates, "
-                  "projects and adds to the running average the dense d x M weight matrix (and the dense gradient "
-                  "`X.T @ dS`), and each partition step copies the state.", ""]
+                         f"{upd} | {r['rows_per_s']:,.0f} | {r['ms_per_epoch']:.1f} |")
+        lines += ["", "Lazy over dense at d = 2^20: " + "; ".join(
+            f"{a['candidates']} candidate{'s' if a['candidates'] > 1 else ''}, buffer {a['buffer_size']}: "
+            f"{b['ms_per_epoch'] / a['ms_per_epoch']:.1f}x"
+            for a in kc["rows"] for b in kc["rows"]
+            if a.get("update") == "lazy" and b.get("update") == "dense" and a["d"] == b["d"] == 2**20
+            and a["candidates"] == b["candidates"] and a["buffer_size"] == b["buffer_size"]) + ".", ""]
+    old_k = t.get("kernel_older")
+    if old_k:
+        lines += [f"Older kernel numbers (float64 rows, before the lazy update was used at one candidate; finished "
+                  f"{old_k.get('finished', '?')}): " + "; ".join(
+                      f"2^{int(np.log2(r['d']))} x {r['candidates']}, buffer {r['buffer_size']}: "
+                      f"{r['ms_per_epoch']:.1f} ms/epoch" for r in old_k["rows"]) + ".", ""]
     for key in ("text_defaults", "text_defaults_reduced"):
         dd = t.get(key)
         if not dd:
@@ -920,7 +974,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     raw = json.loads(stored.read_text()) if stored.exists() else {}     # the other parts' stored results
     raw.update(new)
-    raw.setdefault("training", {}).update(training)
+    stored_training = raw.setdefault("training", {})
+    for key in ("text_onepass", "text_onepass_rss", "kernel"):     # the numbers replaced stay, marked older
+        if key in training and key in stored_training and key + "_older" not in stored_training:
+            stored_training[key + "_older"] = stored_training[key]
+    stored_training.update(training)
     write_atomically(stored, json.dumps(raw, indent=1) + "\n")
     table = markdown(raw)
     print(table)

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from ..losses.base import Loss, weight_gradient
-from .lazy import LazyWeights, use_lazy
+from .lazy import LazyWeights, row_slice, use_lazy
 
 __all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states"]
 
@@ -272,7 +272,7 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, re
     groups = _loss_groups(losses)
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
-        Xe, ye = X[sl], y[sl]
+        Xe, ye = row_slice(X, sl), y[sl]
         if reservoir is not None:
             Xe, ye = _stack(reservoir[0], Xe), np.concatenate([reservoir[1], ye])
         st.rows_seen += sl.stop - sl.start
