@@ -21,7 +21,7 @@ __all__ = ["block_order", "row_order", "reservoir_keys", "holdout_keys", "top_k_
 
 def block_order(random_state: int, pass_index: int, n_blocks: int, shuffle: bool = True) -> np.ndarray:
     """Order in which pass ``pass_index`` visits the blocks (file order if not ``shuffle``)."""
-    if not shuffle:
+    if not shuffle or n_blocks <= 1:      # one block: its only order (no generator per pass)
         return np.arange(n_blocks)
     return np.random.default_rng([random_state, pass_index, 0x0B10C]).permutation(n_blocks)
 
