@@ -8,7 +8,9 @@ cluster of the same shape; medians of ``--repeats`` runs.
 
 Run ``python bench/scale.py`` (all parts) or ``--parts main,tpw`` etc.; a small
 smoke run: ``python bench/scale.py --quick``.  Writes ``bench/results/scale.md``
-and ``scale.json`` (``--out``).
+and ``scale.json`` (``--out``).  ``--merge`` keeps the parts not rerun; a main
+run of one cluster shape keeps the other shape's tables, marked as from their
+own earlier run.
 
 Parts
 -----
@@ -259,7 +261,10 @@ def part_main(args, root: Path, test, res: dict) -> None:
                 "test_pauc": m.get("test_pauc"), "selected": m.get("selected"), "eta": m.get("eta"),
                 "runs": rs}
         out[f"tpw{tpw}"] = block
-    res["main"] = out
+    # a --merge run of fewer cluster shapes keeps the others, marked as from their own (earlier) run
+    kept = {k: {**v, "from_before": v.get("from_before") or (res.get("commands") or {}).get(
+        "tpw" if k == "tpw2" else "main")} for k, v in (res.get("main") or {}).items() if k not in out}
+    res["main"] = {**out, **kept}
 
 
 def _index(key: str) -> int:
@@ -570,7 +575,12 @@ def write_report(r: dict, out: Path, command: str) -> None:
               "`Incremental(SGDClassifier(loss='hinge'))`, whole job from `dd.read_parquet` to the fitted model, "
               f"one pass.  Medians of {a['repeats']} runs; every run on a fresh cluster, scan and jobs interleaved.", ""]
         for tpw, blk in r["main"].items():
-            L += [f"### {tpw.replace('tpw', 'threads_per_worker=')}", "",
+            stale = blk.get("from_before")
+            L += [f"### {tpw.replace('tpw', 'threads_per_worker=')}", ""]
+            if stale:
+                L += [f"*From an earlier run, before the changes since: `{stale.get('command')}` at "
+                      f"{stale.get('commit')}, {stale.get('date')}; not comparable with the tables above.*", ""]
+            L += [
                   "| job | passes | whole call s | rows/s | vs scan | vs dask-ml | chain alone rows/s | chain vs scan "
                   "| test pAUC(0.1) |", "|---|---|---|---|---|---|---|---|---|",
                   f"| bare scan | 1 | {blk['scan']['seconds']:.2f} | {blk['scan']['rows_per_s']:,.0f} | 1.00 | | | | |"]
@@ -621,7 +631,8 @@ def write_report(r: dict, out: Path, command: str) -> None:
                 for k in kinds:
                     L.append(f"| {k} | " + " | ".join(f"{v:.0f}" for v in blk[k]["rss_mb"].values()) + " |")
                 L.append("")
-        if "tpw1" in r["main"] and "tpw2" in r["main"]:
+        if "tpw1" in r["main"] and "tpw2" in r["main"] and not any(
+                r["main"][k].get("from_before") for k in ("tpw1", "tpw2")):
             L += ["### threads_per_worker: 1 vs 2 (whole call, median seconds; same run)", "",
                   "| job | tpw=1 s | tpw=2 s | tpw=2 / tpw=1 time |", "|---|---|---|---|"]
             for k in ("scan", "explicit1", "explicit10", "default"):

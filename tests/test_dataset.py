@@ -219,3 +219,61 @@ def test_nothing_to_open(tmp_path):
         Dataset.open(tmp_path / "empty")
     with pytest.raises(ValueError, match="cannot open 'nosuchprotocol://x'"):
         Dataset.open("nosuchprotocol://x")
+
+
+def _block_reference(ds: Dataset, i: int, dtype, rows, shift, scale):
+    """What ``read_block`` must equal: read, ``X[rows]``, then ``(X - shift) / scale`` on the whole block."""
+    X, y = ds.read_partition(i, dtype=dtype)
+    X, y = X[rows], y[rows]
+    if shift is not None:
+        X -= shift.astype(X.dtype)
+    if scale is not None:
+        X /= scale.astype(X.dtype)
+    return X, y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_read_block_is_read_gather_scale_to_the_bit(tmp_path, dtype):
+    """docs/engine.md §Partition chain: the chain's one-copy load equals read + X[rows] + scaling, bit for bit,
+    over several row groups, mixed column types (float32/float64/int/bool) and any row selection."""
+    n = 3001
+    rng = np.random.default_rng(5)
+    table = pa.table({"f": rng.normal(size=n).astype(np.float32), "g": rng.normal(size=n) * 1e3,
+                      "h": rng.integers(-5, 5, size=n), "b": rng.random(n) < 0.5,
+                      "label": (rng.random(n) < 0.1).astype(np.int8)})
+    pq.write_table(table, tmp_path / "part-0.parquet", row_group_size=700)
+    ds = Dataset.open(str(tmp_path))
+    shift, scale = rng.normal(size=4), rng.uniform(0.1, 3, size=4)
+    for rows in (np.arange(n), rng.permutation(n), rng.permutation(n)[:17], np.flatnonzero(rng.random(n) < 0.3),
+                 np.zeros(0, dtype=np.int64)):
+        for sh, sc in ((None, None), (None, scale), (shift, scale)):
+            X, y = ds.read_block(0, dtype=dtype, order=lambda _y, rows=rows: rows, shift=sh, scale=sc)
+            RX, Ry = _block_reference(ds, 0, dtype, rows, sh, sc)
+            assert X.dtype == np.dtype(dtype) and X.flags.c_contiguous and X.shape == RX.shape
+            np.testing.assert_array_equal(X, RX)
+            np.testing.assert_array_equal(y, Ry)
+
+
+def test_read_block_checks_every_row_kept_or_not(tmp_path):
+    """A NaN in a row the block leaves out (held out, another class) is still named, as read_partition names it."""
+    X = RNG.normal(size=(50, 3))
+    X[7, 2] = np.nan
+    X[9, 0] = np.inf
+    pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "label": [0, 1] * 25}),   # NaN, not null
+                   tmp_path / "d.parquet")
+    ds = Dataset.open(str(tmp_path / "d.parquet"))
+    for read in (lambda: ds.read_partition(0), lambda: ds.read_block(0, order=lambda y: np.array([0, 1]))):
+        with pytest.raises(ValueError, match=re.escape("d.parquet (partition 0): row 7: feature 'c' = nan is not finite")):
+            read()
+
+
+def test_footer_label_statistics_show_both_classes(tmp_path):
+    """The class check needs no read when the footers' statistics show both classes (docs/engine.md §Holdout)."""
+    _frame(5, [0, 0, 0, 0, 0]).to_parquet(tmp_path / "part-0.parquet")
+    _frame(5, [1, 1, 0, 1, 1]).to_parquet(tmp_path / "part-1.parquet")
+    ds = Dataset.open(str(tmp_path))
+    assert [p.label_range for p in ds.partitions] == [(0, 0), (0, 1)]
+    assert ds.has_both_classes() is True
+    assert Dataset.open(str(tmp_path / "part-0.parquet")).has_both_classes() is None     # cannot tell: read
+    pq.write_table(pa.Table.from_pandas(_frame(5, [1, 0, 1, 0, 1])), tmp_path / "s.parquet", write_statistics=False)
+    assert Dataset.open(str(tmp_path / "s.parquet")).has_both_classes() is None

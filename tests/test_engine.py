@@ -267,3 +267,22 @@ def test_one_class_dataset_fails_before_training(cluster, tmp_path, letter):
         with pytest.raises(ValueError, match=r"neg.*no positive row"):
             train(url, client=cluster, measure=measure, solver="1pmb", on_step=steps.append)
     assert steps == []
+
+
+def test_moments_without_a_float64_copy_equal_row_moments_to_the_bit():
+    """docs/engine.md §Holdout and sample: the chunked moments are row_moments of a float64 copy, bit for bit
+    (one block or several in a row, float32 or float64, any chunk size)."""
+    from nsdist.engine.holdout import moments_of
+    from nsdist.solvers.scaling import row_moments
+
+    rng = np.random.default_rng(3)
+    for trial in range(12):
+        d = int(rng.integers(1, 40))
+        dtype = (np.float32, np.float64)[trial % 2]
+        blocks = [(rng.normal(size=(int(rng.integers(1, 9000)), d)) * rng.uniform(0.01, 100) + 7).astype(dtype)
+                  for _ in range(int(rng.integers(1, 4)))]
+        ref = row_moments(np.concatenate(blocks).astype(np.float64))
+        for got in (moments_of(blocks), moments_of(np.concatenate(blocks), chunk=int(rng.integers(1, 5000)))):
+            assert got[0] == ref[0]
+            np.testing.assert_array_equal(got[1], ref[1])
+            np.testing.assert_array_equal(got[2], ref[2])

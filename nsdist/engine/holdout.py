@@ -20,8 +20,10 @@ whole dataset, and both are exact.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
-from distributed import Client
+from distributed import Client, fire_and_forget
 
 from ..data import Dataset
 from ..solvers.order import holdout_keys
@@ -150,14 +152,20 @@ def _stack(parts: list) -> tuple:
 
 
 def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> list[int]:
-    """Partitions drawn by seed until they hold ``max_rows`` rows (all of them if fewer), in file order."""
+    """Partitions drawn by seed while they hold at most ``max_rows`` rows (at least one; all of them if the
+    dataset has no more), in file order.
+
+    (Before: until they held ``max_rows`` or more -- one partition more than the bound, read on the
+    critical path of a fixed run.)
+    """
     order = np.random.default_rng([random_state, 0x5A3D1E]).permutation(len(dataset.partitions))
     chosen, rows = [], 0
     for j in order:
-        if rows >= max_rows:
+        n = dataset.partitions[j].num_rows
+        if chosen and rows + n > max_rows:
             break
         chosen.append(int(j))
-        rows += dataset.partitions[j].num_rows
+        rows += n
     return sorted(chosen)
 
 
@@ -177,45 +185,58 @@ def check_classes(client: Client, dataset: Dataset) -> None:
         class_counts(client, dataset)
 
 
-def _sample_moments(*blocks) -> tuple[int, np.ndarray, np.ndarray]:
-    return moments_of([b[0] for b in blocks])
+def _sample_rows(*blocks):
+    return _stack(blocks)
 
 
-def _sample_cut(w: np.ndarray, scaling, measure: str, k, *blocks) -> float:
+def _sample_moments(sample) -> tuple[int, np.ndarray, np.ndarray]:
+    return moments_of(sample[0])
+
+
+def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
     from ..solvers.measure import cut_intercept
 
-    X, y = _stack(blocks)            # the concatenated rows, as the estimator scores them in one product
+    X, y = sample                    # the concatenated rows, scored in one product as the estimator does
     if not hasattr(X, "tocsr"):      # (a copy that crossed the network may be unaligned: BLAS-free, other sums)
         X = np.require(X, requirements=["C", "A"])
     Xs = X if scaling is None else scaling.apply(X.copy())
     return cut_intercept(measure, y, np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
 
 
-class WorkerSample:
-    """The sample of :func:`sample_partitions`, read on the workers and kept there.
+def _warm() -> None:
+    """Import what the chain's tasks need (a fresh worker pays for it once, here rather than in the chain)."""
+    import nsdist.engine.chain  # noqa: F401
 
-    Its partitions are read side by side (one task each, which also warms the
-    workers up for the chain); nothing but the moments and, after training, a
-    ranking model's cut (one float) comes back to the driver: the same numbers
-    as computing them on the gathered, concatenated rows (the same functions,
-    the same order of additions), without moving the rows.  It holds
-    ``max_rows`` rows (plus at most one partition) on the workers until
-    :meth:`release`.
+
+class WorkerSample:
+    """The sample of :func:`sample_partitions`, read on the workers and kept on one of them.
+
+    Its partitions are read side by side (a task each) and concatenated on
+    one worker, where the moments and, after training, a ranking model's cut
+    (one float) are computed: the same numbers as on the driver (the same
+    functions on the same concatenated rows -- a matrix-vector product is not
+    the same to the bit on the rows split in two, so the cut is not computed
+    block by block).  Nothing but those numbers comes back.  It holds
+    ``max_rows`` rows (or one partition) on one worker until :meth:`release`.  Every worker also imports the chain's modules now, not
+    in the chain's first steps.
     """
 
     def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str) -> None:
         self.client, self.partitions = client, partitions
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
-        self.blocks = client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype, pure=False)
+        blocks = client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype, pure=False)
+        self.future = blocks[0] if len(blocks) == 1 else client.submit(_sample_rows, *blocks, pure=False)
+        with contextlib.suppress(Exception):     # best effort: a worker that is not warmed up imports later
+            for w in client.scheduler_info()["workers"]:
+                fire_and_forget(client.submit(_warm, pure=False, workers=[w], allow_other_workers=False))
 
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Row count, column means and squared deviations of the sample's rows (float64)."""
-        return self.client.submit(_sample_moments, *self.blocks, pure=False).result()
+        return self.client.submit(_sample_moments, self.future, pure=False).result()
 
     def cut(self, w: np.ndarray, scaling, measure: str, k) -> float:
         """The measure's cut intercept of ``w`` on the (scaled) sample, as the estimator places it."""
-        return self.client.submit(_sample_cut, w, scaling, measure, k, *self.blocks, pure=False).result()
+        return self.client.submit(_sample_cut, self.future, w, scaling, measure, k, pure=False).result()
 
     def release(self) -> None:
-        for f in self.blocks:
-            f.release()
+        self.future.release()
