@@ -15,10 +15,12 @@ of 2^20), and every other weight stays as it is.  :class:`LazyWeights` does
   ``slot[cols[t]] == t`` are one per distinct feature (whichever write won),
   which gives the touched features ``T`` in ``O(nnz)``; then
   ``slot[T] = arange(|T|)`` and ``local = slot[cols]``.  No ``np.unique``.
-* **Scores and gradient on the touched rows of W.**  ``X_e`` re-indexed to
-  ``|T|`` columns (the same data and row pointers) multiplies ``W[T]``; its
-  transpose multiplies ``dS`` (only the rows with a non-zero ``dS``,
-  :func:`~nsdist.losses.base.weight_gradient`).  A CSR product sums each row,
+* **Scores and gradient.**  ``S = X_e @ W`` reads only the weights at the
+  buffer's entries (for float32 rows, a float32 copy of ``W`` kept up to date on
+  the touched rows, as the dense update casts ``W`` each epoch).  The gradient
+  takes only the rows with a non-zero ``dS`` (those
+  :func:`~nsdist.losses.base.weight_gradient` uses), re-indexed to the ``|T|``
+  features they touch.  A CSR product sums each row,
   and each feature of the transposed product, in the stored order whatever the
   column numbering, so the scores, the gradient and the iterate ``W`` are the
   dense update's **bit for bit**; an untouched weight has gradient 0 and the
@@ -26,9 +28,9 @@ of 2^20), and every other weight stays as it is.  :class:`LazyWeights` does
 * **The iterate sum, lazily.**  Over a block that starts at epoch ``e0`` with
   iterate ``W0`` and takes steps ``Delta_1 .. Delta_n`` (local epochs
   ``t = 1..n``), the iterates ``W_t = W0 + sum_{u<=t} Delta_u`` add up to
-  ``sum_t W_t = (n + 1) W_n - W0 - sum_t t Delta_t``.  ``Y = -W0 - sum_t t
-  Delta_t`` is kept on the touched rows (``Y[T] -= t Delta_t``), and at the
-  block's end ``W_sum += (n + 1) W_n + Y``: one ``O(d M)`` pass per block, not per
+  ``sum_t W_t = n W_n + sum_t (1 - t) Delta_t``.  ``Y = sum_t (1 - t) Delta_t``
+  is zero but on the touched rows (``Y[T] += (1 - t) Delta_t``), and at the
+  block's end ``W_sum += n W_n + Y``: one ``O(d M)`` pass per block, not per
   epoch.  This equals the dense running sum to float rounding (a few ulps of
   ``W_sum``), not bit for bit.  It is a pure function of the block and the state
   handed in, so a run is bit-identical to itself and the engine to the estimator
@@ -103,24 +105,23 @@ class LazyWeights:
         self.whole = cols.size == st.W.shape[1]
         # the state is the kernel's own copy: with every candidate alive, update its W in place
         self.W = st.W if self.whole else st.W[:, cols]
-        self.Y = -self.W                                  # -W0 - sum_t t Delta_t
+        self.Y = np.zeros(self.W.shape)                   # sum_t (1 - t) Delta_t (calloc: pages never touched are free)
         self.slot = np.empty(self.W.shape[0], dtype=np.intp)
-        self._arange = np.arange(0, dtype=np.int32)
+        self._wc = None
+
+    def _cast(self, dtype: np.dtype) -> np.ndarray:
+        """``W`` in the rows' float width (a view for float64, kept up to date by :meth:`step` otherwise);
+        a vector for one candidate, so that scipy takes its matrix-vector loop."""
+        if self._wc is None or self._wc.dtype != dtype:
+            W = self.W[:, 0] if self.W.shape[1] == 1 else self.W
+            self._wc = W if W.dtype == dtype else W.astype(dtype)
+        return self._wc
 
     def scores(self, Xe) -> np.ndarray:
-        """``X_e @ W``: ``X_e`` with one column per stored entry times ``W`` gathered at the entries'
-        features -- each row sums the same products in the same order as ``X_e @ W``."""
-        import scipy.sparse as sp
-
-        nnz = Xe.indices.shape[0]
-        if self._arange.shape[0] < nnz:
-            self._arange = np.arange(max(nnz, 2 * self._arange.shape[0]), dtype=Xe.indptr.dtype)
-        Xn = sp.csr_matrix((Xe.data, self._arange[:nnz], Xe.indptr), shape=(Xe.shape[0], nnz), copy=False)
-        if self.W.shape[1] == 1:                          # one candidate: a vector (csr_matvec)
-            Wn = np.take(self.W[:, 0], Xe.indices).astype(Xe.dtype, copy=False)
-            return np.asarray(Xn @ Wn, dtype=np.float64).reshape(-1, 1)
-        Wn = np.take(self.W, Xe.indices, axis=0).astype(Xe.dtype, copy=False)
-        return np.asarray(Xn @ Wn, dtype=np.float64)
+        """``X_e @ W``: the product the dense update computes (``W`` cast to the rows' width), reading
+        only the weights at the buffer's entries."""
+        S = np.asarray(Xe @ self._cast(Xe.dtype), dtype=np.float64)
+        return S.reshape(-1, 1) if S.ndim == 1 else S
 
     def _touched(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(T, local)``: the distinct features of ``cols`` and each entry's place in ``T``, in ``O(len(cols))``."""
@@ -148,14 +149,18 @@ class LazyWeights:
         g = np.asarray(Xs.T @ coeffs.astype(Xs.dtype, copy=False)).astype(np.float64, copy=False)
         delta = -g * step
         self.W[touched] += delta
-        self.Y[touched] -= (self.st.epoch - self.e0) * delta
+        self.Y[touched] += (1 - (self.st.epoch - self.e0)) * delta
+        if self._wc is not None and not np.shares_memory(self._wc, self.W):
+            self._wc[touched] = (self.W[touched, 0] if self._wc.ndim == 1 else self.W[touched])
 
     def finish(self) -> None:
         n = self.st.epoch - self.e0
         if n:
+            block_sum = self.W * float(n)
+            block_sum += self.Y                           # sum_t W_t = n W_n + sum_t (1 - t) Delta_t
             if self.whole:
-                self.st.W_sum += (n + 1) * self.W + self.Y
+                self.st.W_sum += block_sum
             else:
-                self.st.W_sum[:, self.cols] += (n + 1) * self.W + self.Y
+                self.st.W_sum[:, self.cols] += block_sum
         if not self.whole:
             self.st.W[:, self.cols] = self.W
