@@ -42,6 +42,7 @@ times are medians of ``--repeats`` runs, after one warm-up read (files in the pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -295,12 +296,12 @@ LIBSVM_FIXED = {"prec@k structural": dict(measure="prec@k", k=0.01, solver="1pmb
 # 1PMB one-pass runs on the text-like data: buffer_size:std|raw:eta, eta = 10 / E||x||^2 (E||x||^2 = 1 for the
 # raw L2-normalised rows).  Sparse data trains as stored under standardize=True too (since c10c707), so "std"
 # runs are the "raw" ones; the older results (before c10c707) had 500:std:1.6e-5 (625,494 after scaling).
-TEXT_ONEPASS = "500:raw:10,5000:raw:10"
+TEXT_ONEPASS = "500:raw:10,5000:raw:10,500:raw:10:tok,5000:raw:10:tok"
 # what changed between the older stored results and the current ones (shown with the tables)
 CHANGES = ("Since the older numbers: sparse data is no longer standardised by default; the epoch kernel updates only "
            "the weights a buffer touches for CSR blocks whenever a buffer's non-zeros are at most d/4 (also for one "
-           "candidate; `nsdist/solvers/lazy.py`: scores by gathering W at the buffer's entries, the gradient only on "
-           "the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
+           "candidate; `nsdist/solvers/lazy.py`: scores `X_e @ W` reading only the entries' weights, the gradient only "
+           "on the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
            "`np.unique`), epoch buffers are CSR views instead of copies, and partitions are read into CSR from the "
            "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`).")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
@@ -446,8 +447,41 @@ def text_split(work: Path, n_test_files: int = 2):
     return ds, ds.select(range(n - n_test_files), "train"), ds.select(range(n - n_test_files, n), "test")
 
 
-def _config_name(buffer_size: int, standardize: bool) -> str:
-    return f"buffer_size={buffer_size}, standardize={standardize}"
+def _config_name(buffer_size: int, standardize: bool, token_patch: bool = False) -> str:
+    return f"buffer_size={buffer_size}, standardize={standardize}" + (", chain token from arrays" if token_patch else "")
+
+
+def _onepass_configs(spec: str) -> list[tuple]:
+    """``BUFFER_SIZE:std|raw:ETA[:tok]`` comma-separated -> ``(buffer_size, standardize, eta, token_patch)``."""
+    out = []
+    for c in spec.split(","):
+        b, std, eta, *rest = c.split(":")
+        out.append((int(b), std == "std", float(eta), rest == ["tok"]))
+    return out
+
+
+class _ArrayToken:
+    """What-if for the driver (``:tok`` configurations): ``PartitionChain`` keys its tasks by
+    ``tokenize(..., state.to_dict(), ...)``, which turns the d x M iterates and sums into Python lists and
+    tokenises them float by float (seconds at d = 2^20).  Inside this context the driver's chain tokenises
+    the same state from its arrays instead (dask hashes array buffers); the model is unchanged (task keys
+    only), the time saved is what the chain would save by keying on the arrays."""
+
+    def __enter__(self):
+        import nsdist.engine.chain as chain
+        from dask.base import tokenize
+
+        def arrays(x):
+            if isinstance(x, dict) and "W" in x and "W_sum" in x:
+                return {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in x.items()}
+            return x
+
+        self._chain, self._orig = chain, chain.tokenize
+        chain.tokenize = lambda *a: tokenize(*[arrays(x) for x in a])
+        return self
+
+    def __exit__(self, *exc):
+        self._chain.tokenize = self._orig
 
 
 def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict:
@@ -466,7 +500,7 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
     _scan_seconds(paths)                                       # warm-up: files in the page cache
     Xt, yt = _csr_of(test)
     runs = []
-    for buffer_size, standardize, eta in configs:
+    for buffer_size, standardize, eta, token_patch in configs:
         for rep in range(repeats):
             scan = _scan_seconds(paths)
             t0 = time.perf_counter()
@@ -474,14 +508,16 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
             try:
                 t1 = time.perf_counter()
                 idle = client.run(_worker_rss)
-                m = nsdist.train(train, client=client, solver="1pmb", eta=eta, n_passes=1, measure="prec@k",
-                                 k=TRAIN_K, buffer_size=buffer_size, standardize=standardize)
+                with _ArrayToken() if token_patch else contextlib.nullcontext():
+                    m = nsdist.train(train, client=client, solver="1pmb", eta=eta, n_passes=1, measure="prec@k",
+                                     k=TRAIN_K, buffer_size=buffer_size, standardize=standardize)
                 t2 = time.perf_counter()
                 peak = client.run(_worker_peak_rss)
             finally:
                 client.close()
                 cluster.close()
-            run = {"config": _config_name(buffer_size, standardize), "buffer_size": buffer_size,
+            run = {"config": _config_name(buffer_size, standardize, token_patch), "buffer_size": buffer_size,
+                   "token_patch": token_patch,
                    "standardize": standardize, "eta": eta, "repeat": rep, "scan_seconds": scan, "startup_seconds": t1 - t0,
                    "train_seconds": t2 - t1, "scan_rows_per_s": train.num_rows / scan,
                    "rows_per_s_whole_job": train.num_rows / (t2 - t1),
@@ -499,8 +535,8 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
            "partition_csr_bytes": csr0, "model_bytes": 8 * train.n_features,
            "dense_partition_float32_bytes": train.partitions[0].num_rows * train.n_features * 4,
            "runs": runs, "summary": {}}
-    for buffer_size, standardize, eta in configs:
-        name = _config_name(buffer_size, standardize)
+    for buffer_size, standardize, eta, token_patch in configs:
+        name = _config_name(buffer_size, standardize, token_patch)
         rs = [r for r in runs if r["config"] == name]
         med = lambda key: statistics.median(r[key] for r in rs)                       # noqa: E731
         out["summary"][name] = {
@@ -744,6 +780,13 @@ def markdown_training(t: dict) -> list[str]:
             lines += [op["note"], ""]
     if op:
         lines += [CHANGES, ""]
+        if any(r.get("token_patch") for r in op["runs"]):
+            lines += ["Rows \"chain token from arrays\": the same job with one change on the driver for the "
+                      "measurement only (`_ArrayToken` in bench/sparse.py): `PartitionChain._run_from` keys its tasks "
+                      "by `tokenize(..., state.to_dict(), ...)`, which converts the d x M iterates and sums to Python "
+                      "lists and tokenises them float by float; these runs tokenise the same state from its arrays. "
+                      "The model is the same (only task keys change); the difference is the time that fix in "
+                      "nsdist/engine/chain.py would save (not made here: that file is another change's).", ""]
     old_op = t.get("text_onepass_older")
     if old_op:
         lines += [f"Older one-pass numbers (finished {old_op.get('finished', '?')}, before the changes above; "
@@ -949,10 +992,10 @@ def main(argv: list[str] | None = None) -> None:
         if "libsvm-train" in parts:
             training["libsvm"] = libsvm_training(work, args.train_repeats, LIBSVM_FIXED)
         if "text-onepass" in parts:
-            configs = [(int(b), std == "std", float(eta)) for b, std, eta in (c.split(":") for c in args.onepass.split(","))]
+            configs = _onepass_configs(args.onepass)
             training["text_onepass"] = text_onepass(work, args.train_repeats, configs)
         if "text-onepass-rss" in parts:      # one run per configuration, for the workers' peak RSS only
-            configs = [(int(b), std == "std", float(eta)) for b, std, eta in (c.split(":") for c in args.onepass.split(","))]
+            configs = _onepass_configs(args.onepass)
             training["text_onepass_rss"] = text_onepass(work, 1, configs)
         if "text-sklearn" in parts:
             training["text_sklearn"] = text_sklearn(work, lr=not args.no_lr)
