@@ -286,3 +286,27 @@ def test_moments_without_a_float64_copy_equal_row_moments_to_the_bit():
             assert got[0] == ref[0]
             np.testing.assert_array_equal(got[1], ref[1])
             np.testing.assert_array_equal(got[2], ref[2])
+
+
+def test_fixed_run_sample_lost_is_read_again(cluster, letter_parquet):
+    """A fixed run's sample lives on a worker (docs/engine.md §Holdout and sample): lost there, it is
+    read again, and its moments and cut are the same numbers as on the rows in memory."""
+    from nsdist.engine.holdout import WorkerSample, sample_partitions
+    from nsdist.solvers.measure import cut_intercept
+    from nsdist.solvers.scaling import row_moments
+
+    url, X, y = letter_parquet
+    ds = open_dataset(url)
+    parts = sample_partitions(ds, 0, 200_000)
+    assert parts == list(range(len(ds.partitions)))          # a small dataset: the whole of it, in file order
+    sample = WorkerSample(cluster, ds, parts, dtype="float64")
+    cluster.cancel(sample.future)                            # as if its worker died
+    n, mean, m2 = sample.moments()
+    ref = row_moments(X.astype(np.float64))
+    assert n == ref[0]
+    np.testing.assert_array_equal(mean, ref[1])
+    np.testing.assert_array_equal(m2, ref[2])
+    w = np.linspace(-1, 1, X.shape[1])
+    cluster.cancel(sample.future)
+    assert sample.cut(w, None, "pauc", None) == cut_intercept("pauc", y, np.asarray(X @ w, dtype=np.float64))
+    sample.release()

@@ -12,15 +12,19 @@ validation rows' features:
    with the column moments of every row (the standardisation's).
 
 A run without a holdout (``eta`` and ``n_passes`` set, or validation rows
-given) reads a *sample* instead: whole partitions, drawn by seed, up to
-``max_rows`` rows, in file order (:func:`sample_partitions`).  It gives the
-standardisation moments and the place of a ranking model's cut without a pass
-over the whole dataset; on a dataset of at most ``max_rows`` rows it is the
-whole dataset, and both are exact.
+given) checks the classes from the footers' label statistics when they tell
+(:func:`check_classes`) and reads a *sample* instead: whole partitions, drawn
+by seed, up to ``max_rows`` rows, in file order (:func:`sample_partitions`),
+kept on a worker (:class:`WorkerSample`).  It gives the standardisation
+moments and the place of a ranking model's cut without a pass over the whole
+dataset and without moving its rows; on a dataset of at most ``max_rows`` rows
+it is the whole dataset, and both are exact.  Moments are taken without a
+float64 copy of the rows (:func:`moments_of`), to the same bits.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import numpy as np
 from distributed import Client, fire_and_forget
@@ -30,8 +34,10 @@ from ..solvers.order import holdout_keys
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
 from ..solvers.scaling import merge_moments, row_moments
 
+log = logging.getLogger("nsdist.engine")
+
 __all__ = ["class_counts", "check_classes", "plan_holdout", "gather_validation", "sample_partitions", "read_sample",
-           "WorkerSample"]
+           "WorkerSample", "moments_of"]
 
 
 def _counts(dataset: Dataset, partition: int) -> tuple[int, int]:
@@ -221,22 +227,41 @@ class WorkerSample:
     in the chain's first steps.
     """
 
-    def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str) -> None:
-        self.client, self.partitions = client, partitions
+    def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str,
+                 max_restarts: int = 3) -> None:
+        self.client, self.dataset, self.partitions, self.dtype = client, dataset, partitions, dtype
+        self.max_restarts = max_restarts
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
-        blocks = client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype, pure=False)
-        self.future = blocks[0] if len(blocks) == 1 else client.submit(_sample_rows, *blocks, pure=False)
+        self._load()
         with contextlib.suppress(Exception):     # best effort: a worker that is not warmed up imports later
             for w in client.scheduler_info()["workers"]:
                 fire_and_forget(client.submit(_warm, pure=False, workers=[w], allow_other_workers=False))
 
+    def _load(self) -> None:
+        blocks = self.client.map(_read, [self.dataset] * len(self.partitions), self.partitions, dtype=self.dtype,
+                                 pure=False)
+        self.future = blocks[0] if len(blocks) == 1 else self.client.submit(_sample_rows, *blocks, pure=False)
+
+    def _on_sample(self, fn, *args):
+        """``fn(sample, *args)`` where the sample lives; a sample lost with its worker is read again."""
+        from .chain import _is_transient
+
+        for attempt in range(self.max_restarts + 1):
+            try:
+                return self.client.submit(fn, self.future, *args, pure=False).result()
+            except Exception as exc:  # a lost worker, a dropped connection
+                if not _is_transient(exc) or attempt == self.max_restarts:
+                    raise
+                log.warning("the sample was lost (%s: %s); reading it again", type(exc).__name__, exc)
+                self._load()
+
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Row count, column means and squared deviations of the sample's rows (float64)."""
-        return self.client.submit(_sample_moments, self.future, pure=False).result()
+        return self._on_sample(_sample_moments)
 
     def cut(self, w: np.ndarray, scaling, measure: str, k) -> float:
         """The measure's cut intercept of ``w`` on the (scaled) sample, as the estimator places it."""
-        return self.client.submit(_sample_cut, self.future, w, scaling, measure, k, pure=False).result()
+        return self._on_sample(_sample_cut, w, scaling, measure, k)
 
     def release(self) -> None:
         self.future.release()
