@@ -187,8 +187,11 @@ class PartitionChain:
         cfg, client, steps = self.cfg, self.client, self.steps
         # the fingerprint does not say where the files are: two copies, or two datasets whose
         # files have the same names and sizes, must not share task keys (and so results)
+        # (the state by its arrays, which dask hashes as buffers: its to_dict() lists took seconds at d = 2^20)
+        st = self._state
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                         cfg.token(), self._state.to_dict(), self._pos)
+                         cfg.token(), (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
+                         self._pos)
         if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
             # travel once, not in every task
             self._spec = client.scatter(cfg, broadcast=True, hash=False)
