@@ -299,7 +299,7 @@ LIBSVM_FIXED = {"prec@k structural": dict(measure="prec@k", k=0.01, solver="1pmb
 TEXT_ONEPASS = "500:raw:10,5000:raw:10,500:raw:10:tok,5000:raw:10:tok"
 # what changed between the older stored results and the current ones (shown with the tables)
 CHANGES = ("Since the older numbers: sparse data is no longer standardised by default; the epoch kernel updates only "
-           "the weights a buffer touches for CSR blocks whenever a buffer's non-zeros are at most d/4 (also for one "
+           "the weights a buffer touches for CSR blocks whenever a buffer's non-zeros are at most d (2 d for a population; also for one "
            "candidate; `nsdist/solvers/lazy.py`: scores `X_e @ W` reading only the entries' weights, the gradient only "
            "on the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
            "`np.unique`), epoch buffers are CSR views instead of copies, and partitions are read into CSR from the "

@@ -190,6 +190,33 @@ def test_dense_or_lazy_is_chosen_by_the_buffer_density():
     assert use_lazy(X, 1, 100, None)                      # 1000 non-zeros a buffer of 65536 features
     assert not use_lazy(X, 1, 100, 1.0)                   # a projection rescales every weight
     assert not use_lazy(X.toarray(), 1, 100, None)        # dense rows
-    assert not use_lazy(sp.vstack([X] * 50, format="csr"), 1, 10**4, None)   # 10^5 non-zeros a buffer > d / 4
+    assert not use_lazy(sp.vstack([X] * 50, format="csr"), 1, 10**4, None)   # 10^5 non-zeros a buffer > d
+    assert use_lazy(sp.vstack([X] * 50, format="csr"), 2, 10**4, None)       # a population: up to 2 d
     small, _ = _wide(n=200, d=LAZY_FEATURES // 2, nnz_row=2)
     assert not use_lazy(small, 1, 10, None)
+
+
+@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
+def test_lazy_engine_equals_estimator(cluster, tmp_path, solver):
+    """The lazy update on a wide one-partition dataset: the engine's model is the same run to run (to the
+    bit) and the estimator's to rounding -- the estimator calls the kernel once per epoch to record its
+    history, and a one-epoch block's lazy sum is the dense one exactly, while the engine's partition block
+    completes its sum once (nsdist/solvers/lazy.py)."""
+    from nsdist.solvers.lazy import use_lazy
+
+    X, y = _wide(n=1500, d=1 << 14, nnz_row=10, seed=3)
+    y[:40] = 1                                                    # enough positives for every buffer
+    assert use_lazy(X, 1, 100, None)
+    src = tmp_path / "wide.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)
+    url = str(ingest(str(src), str(tmp_path / "wide"), format="svmlight", layout="sparse", n_features=X.shape[1],
+                     rows_per_partition=1500, shuffle=False, client=cluster).url)
+    kw = dict(measure="prec@k", k=0.05, solver=solver, eta=0.5, n_passes=2, buffer_size=100, random_state=4,
+              standardize=False)
+    engine = train(url, client=cluster, **kw)
+    again = train(url, client=cluster, **kw)
+    est = NonDecomposableClassifier(**kw).fit(X, y)
+    np.testing.assert_array_equal(engine.coef, again.coef)
+    assert engine.intercept == again.intercept
+    np.testing.assert_allclose(engine.coef, est.coef_.ravel(), rtol=1e-12, atol=1e-14 * np.abs(est.coef_).max())
+    assert engine.intercept == pytest.approx(est.intercept_[0], rel=1e-12, abs=1e-14)
