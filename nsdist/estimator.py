@@ -21,12 +21,12 @@ from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl
 from .solvers.history import History, HistoryRecord, Recorder, Validate
-from .solvers.kernel import SGDState, epoch_slices, run_epochs
+from .solvers.kernel import SGDState
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
 from .solvers.plan import Holdout, block_rows, schedule
 from .solvers.psg import psg
 from .solvers.select import Selection
-from .solvers.sgd import Reservoir, drive, rare_label
+from .solvers.sgd import Reservoir, drive, rare_label, run_block
 
 __all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks"]
 
@@ -365,19 +365,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     @staticmethod
     def _run_rows(state: SGDState, X, y: np.ndarray, rows: np.ndarray, cfg: TrainConfig,
                   recorder: Recorder | None, reservoir: Reservoir | None, last_loss: list) -> SGDState:
-        """The kernel over ``X[rows]``: one call per block, or per epoch when recording every epoch."""
-        res = None if reservoir is None else (reservoir.X, reservoir.y)
-        population = cfg.population
-        parts = [rows] if recorder is None else [rows[sl] for sl in epoch_slices(rows.shape[0], cfg.buffer_size)]
-        for idx in parts:
-            state, stats = run_epochs(state, X[idx], y[idx], population, buffer_size=cfg.buffer_size,
-                                      radius=cfg.radius, reservoir=res)
-            done = stats[~stats["skipped"]]
-            if done.size:
-                last_loss[0] = float(done["loss"].mean())
-                if recorder is not None:
-                    st = state
-                    recorder.record(st.epoch, st.rows_seen, last_loss[0], lambda: st.model(0, cfg.average))
+        """:func:`~nsdist.solvers.sgd.run_block` over ``X[rows]``, keeping the mean loss of its taken epochs."""
+        state, stats = run_block(state, X, y, rows, cfg.population, buffer_size=cfg.buffer_size, radius=cfg.radius,
+                                 recorder=recorder, model=lambda st: st.model(0, cfg.average), reservoir=reservoir)
+        done = stats[~stats["skipped"]]
+        if done.size:
+            last_loss[0] = float(done["loss"].mean())
         return state
 
     def _is_online(self) -> bool:

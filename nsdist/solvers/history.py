@@ -92,9 +92,14 @@ class Recorder:
         return self._offset + time.perf_counter() - self._start - self._untimed
 
     def record(self, step: int, rows_seen: int, loss: float,
-               model: Callable[[], tuple[np.ndarray, float]]) -> HistoryRecord:
-        """Append a record; ``model()`` gives the ``(w, b)`` to validate (called only if needed)."""
-        t = self.elapsed()
+               model: Callable[[], tuple[np.ndarray, float]] | None = None, *,
+               at: float | None = None) -> HistoryRecord:
+        """Append a record; ``model()`` gives the ``(w, b)`` to validate (called only if needed).
+
+        ``at``: the record's training time, when it is not now (a step timed
+        inside a longer call); default :meth:`elapsed`.
+        """
+        t = self.elapsed() if at is None else at
         measure = None
         if self.validate is not None:
             t0 = time.perf_counter()

@@ -148,27 +148,44 @@ def rare_label(y: np.ndarray) -> int:
 
 
 def run_block(state: SGDState, X, y: np.ndarray, rows: np.ndarray, population: Population, *,
-              buffer_size: int, radius: float | None, recorder: Recorder | None,
+              buffer_size: int, radius: float | None, recorder: Recorder | None = None,
               model: Callable[[SGDState], tuple[np.ndarray, float]] | None = None,
-              reservoir: Reservoir | None = None) -> SGDState:
-    """Stream the rows ``X[rows]`` (in that order) as one block.
+              reservoir: Reservoir | None = None) -> tuple[SGDState, np.ndarray]:
+    """Stream the rows ``X[rows]`` (in that order) as one block: one kernel call, as the engine makes for a partition.
 
-    With a ``recorder`` the kernel is called once per epoch slice (the same
-    steps as one call on the whole block) so that every epoch is recorded.
+    With a ``recorder``, every taken epoch is recorded from the kernel's
+    statistics (its loss, stream rows and seconds).  A recorder that validates
+    needs each epoch's model (``model(state)``): the kernel is then called once
+    per epoch slice -- the same steps and iterates; only the lazy sparse
+    update's iterate sums, completed per call, round differently
+    (docs/solvers.md §Sparse rows).
+
+    Returns
+    -------
+    state : SGDState
+    stats : ndarray of dtype EPOCH_STATS, one row per epoch of the block
     """
     buffer_r = None if reservoir is None else (reservoir.X, reservoir.y)
-    if recorder is None:
-        state, _ = run_epochs(state, X[rows], y[rows], population, buffer_size=buffer_size, radius=radius,
-                              reservoir=buffer_r)
-        return state
-    for sl in epoch_slices(rows.shape[0], buffer_size):
-        idx = rows[sl]
+    per_epoch = recorder is not None and recorder.validate is not None
+    parts = [rows[sl] for sl in epoch_slices(rows.shape[0], buffer_size)] if per_epoch else [rows]
+    all_stats = []
+    for idx in parts:
+        rows_before, t_before = state.rows_seen, None if recorder is None else recorder.elapsed()
         state, stats = run_epochs(state, X[idx], y[idx], population, buffer_size=buffer_size, radius=radius,
                                   reservoir=buffer_r)
-        if not stats["skipped"][0]:
-            st = state
-            recorder.record(st.epoch, st.rows_seen, stats["loss"][0], lambda: model(st))
-    return state
+        all_stats.append(stats)
+        if recorder is None:
+            continue
+        if per_epoch:
+            if not stats["skipped"][0]:
+                st = state
+                recorder.record(st.epoch, st.rows_seen, stats["loss"][0], lambda: model(st))
+            continue
+        ends = rows_before + np.cumsum([sl.stop - sl.start for sl in epoch_slices(idx.shape[0], buffer_size)])
+        times = t_before + np.cumsum(stats["seconds"])
+        for e in np.flatnonzero(~stats["skipped"]):
+            recorder.record(int(stats["epoch"][e]), int(ends[e]), float(stats["loss"][e]), at=float(times[e]))
+    return state, np.concatenate(all_stats)
 
 
 #: ``run(state, first, stop) -> state``: the steps ``steps[first:stop]`` of a plan
@@ -227,8 +244,8 @@ def _fixed(X, y: np.ndarray, loss: Loss, *, two_pass: bool, buffer_size: int, et
         for s in steps[first:stop]:
             rows = block_rows(y, ids, pass_index=s.pass_index, block=0, random_state=random_state,
                               shuffle=shuffle, stream_label=stream)
-            st = run_block(st, X, y, rows, population, buffer_size=buffer_size, radius=radius, recorder=recorder,
-                           model=lambda z: z.model(0, average), reservoir=reservoir)
+            st, _ = run_block(st, X, y, rows, population, buffer_size=buffer_size, radius=radius,
+                              recorder=recorder, model=lambda z: z.model(0, average), reservoir=reservoir)
         return st
 
     state, _ = drive(steps, checks, run, SGDState.zeros(X.shape[1]) if state is None else state)
