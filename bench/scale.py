@@ -810,30 +810,19 @@ def main(argv: list[str] | None = None) -> int:
                         args.rows_per_file, args.features, args.pos_rate, seed=1)
     test_root = make_dataset(work / f"test-{args.features}", 2, 100_000, args.features, args.pos_rate, seed=2)
     test = load_arrays(test_root)
-    stamp = lambda p: print(f"[{time.strftime('%H:%M:%S')}] part {p}", flush=True)  # noqa: E731
-    if "main" in args.parts or "tpw" in args.parts:
-        stamp("main")
-        part_main(args, root, test, res)
-        write_report(res, out, command)
-    if "sched" in args.parts:
-        stamp("sched")
-        part_sched(args, root, res)
-        write_report(res, out, command)
-    if "rss" in args.parts:
-        stamp("rss")
-        part_rss(args, res)
-        write_report(res, out, command)
-    if "dp" in args.parts:
-        stamp("dp")
-        part_dp(args, root, res)
-        write_report(res, out, command)
-    if "quality" in args.parts:
-        stamp("quality")
-        part_quality(args, res, lambda: write_report(res, out, command))
-        write_report(res, out, command)
+    report = lambda: write_report(res, out, command)  # noqa: E731
+    main_key = "tpw" if "tpw" in args.parts and "main" not in args.parts else "main"   # tpw runs inside main
+    runs = {main_key: lambda: part_main(args, root, test, res), "sched": lambda: part_sched(args, root, res),
+            "rss": lambda: part_rss(args, res), "dp": lambda: part_dp(args, root, res),
+            "quality": lambda: part_quality(args, res, report)}
+    for name, run in runs.items():
+        if name in args.parts:
+            print(f"[{time.strftime('%H:%M:%S')}] part {name}", flush=True)
+            run()
+            report()
     if "cost" in args.parts:
         part_cost(res, args.files)
-    write_report(res, out, command)
+    report()
     return 0
 
 
