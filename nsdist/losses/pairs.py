@@ -203,10 +203,14 @@ def _logistic_pairs_many(P: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, np.n
     """
     P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
     if Q.shape[1] and P.shape[1] <= max(1, _BLOCK // Q.shape[1]) and P.shape[0] * P.shape[1] * Q.shape[1] <= 4 * _BLOCK:
-        c = P[:, :, None] - Q[:, None, :]
-        t = np.exp(-np.abs(c))
-        value = np.maximum(-c, 0.0).sum(axis=(1, 2)) + np.log1p(t).sum(axis=(1, 2))
-        sig = 0.5 - np.copysign(1.0 / (1.0 + t) - 0.5, c)
+        c = P[:, :, None] - Q[:, None, :]           # the single call's operations, in place: the
+        t = np.abs(c)                                # (M, n+, m) temporaries are not allocated anew
+        np.exp(np.negative(t, out=t), out=t)
+        tmp = np.maximum(np.negative(c), 0.0)
+        value = tmp.sum(axis=(1, 2))
+        value += np.log1p(t, out=tmp).sum(axis=(1, 2))
+        sig = np.divide(1.0, np.add(t, 1.0, out=t), out=t)
+        sig = np.subtract(0.5, np.copysign(np.subtract(sig, 0.5, out=sig), c, out=sig), out=sig)
         return value, -sig.sum(axis=2), np.zeros_like(Q) + sig.sum(axis=1)
     out = [logistic_pairs(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64))
            for p, q in zip(P, Q)]

@@ -32,13 +32,14 @@ too, at the first block boundary past each multiple; always after the last step.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "schedule", "rounds"]
+__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "Steps", "schedule", "rounds"]
 
 _NONE = np.uint64(0)
 
@@ -152,8 +153,35 @@ class Step:
     block: int
 
 
+class Steps(Sequence):
+    """The steps of ``n_passes`` passes, made when read (a pass budget can run to thousands of passes).
+
+    ``steps[i]`` is :class:`Step` ``(i // n_blocks, block_order(seed, p, n_blocks)[i % n_blocks])``;
+    an early-stopped run reads a few passes of it, not the budget.
+    """
+
+    def __init__(self, n_blocks: int, n_passes: int, random_state: int, shuffle: bool) -> None:
+        self.n_blocks, self.n_passes, self.random_state, self.shuffle = n_blocks, n_passes, random_state, shuffle
+        self._last: tuple[int, np.ndarray] | None = None       # the last pass read and its block order
+
+    def __len__(self) -> int:
+        return self.n_blocks * self.n_passes
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"step {i} of {len(self)}")
+        p, j = divmod(i, self.n_blocks)
+        if self._last is None or self._last[0] != p:
+            self._last = (p, block_order(self.random_state, p, self.n_blocks, self.shuffle))
+        return Step(p, int(self._last[1][j]))
+
+
 def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffle: bool,
-             check_rows: int | None) -> tuple[list[Step], list[int]]:
+             check_rows: int | None) -> tuple[Steps, list[int]]:
     """The steps of ``n_passes`` passes and the steps after which the selection looks.
 
     Parameters
@@ -165,13 +193,13 @@ def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffl
 
     Returns
     -------
-    steps : list of Step
+    steps : Steps
+        The sequence of :class:`Step`.
     checks : list of int
         Increasing step indices ``i``: a check follows ``steps[i]``.
     """
     n_blocks = len(block_sizes)
-    steps = [Step(p, int(j)) for p in range(n_passes)
-             for j in block_order(random_state, p, n_blocks, shuffle)]
+    steps = Steps(n_blocks, n_passes, random_state, shuffle)
     if check_rows is None or not steps:
         return steps, [len(steps) - 1] if steps else []
     per_pass = max(1, sum(block_sizes))
@@ -192,7 +220,7 @@ def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffl
     return steps, checks
 
 
-def rounds(steps: list[Step], checks: list[int], n_blocks: int, n_chains: int) -> tuple[list[int], list[int]]:
+def rounds(steps: Sequence[Step], checks: list[int], n_blocks: int, n_chains: int) -> tuple[list[int], list[int]]:
     """Round ends for ``n_chains`` chains, and the checks moved to the end of their round.
 
     Returns
