@@ -48,8 +48,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     With the defaults, the fit chooses what is left unset from the training
     rows: a validation part is set aside (``validation_fraction``), a
     population of candidates (surrogates x five decades of step size) is
-    trained together in the same passes, the worse half is dropped at each
-    check, training stops when the exact measure on the validation rows stops
+    trained together in the same passes, all but the best third are dropped at
+    each check, training stops when the exact measure on the validation rows stops
     improving, and the best candidate is returned (``docs/solvers.md``
     §Selection).  Setting ``eta`` and ``n_passes`` trains one model exactly as
     in the paper.
@@ -121,7 +121,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
     n_iter_no_change : int >= 1, default 5
-        Checks without improvement before early stopping.
+        Checks without improvement before early stopping (an improvement:
+        more than ``1 / n+`` on ``n+`` validation positives,
+        :func:`~nsdist.solvers.select.resolution`).
     random_state : int >= 0, default 0
         Seed of every random order and of the holdout; the same seed and data
         give the same model bit for bit (an int, so the order is the same on

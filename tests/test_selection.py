@@ -11,7 +11,7 @@ from nsdist.losses.pairs import sigmoid_pairs
 from nsdist.solvers.config import TrainConfig
 from nsdist.solvers.kernel import SGDState
 from nsdist.solvers.plan import Holdout, holdout_sizes, schedule
-from nsdist.solvers.select import Selection, f1_threshold
+from nsdist.solvers.select import Selection, f1_threshold, resolution
 
 
 def make_data(n=1500, d=8, pos=0.08, seed=0):
@@ -100,7 +100,7 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
-    assert len(a.selection_) == len(a.config_.candidates) == 20      # (prbep, auc/logistic, pauc, logloss) x 5
+    assert len(a.selection_) == len(a.config_.candidates) == 20      # (prbep, auc/squared_hinge, pauc, logloss) x 5
     assert sum(r["selected"] for r in a.selection_) == 1
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
@@ -145,6 +145,21 @@ def test_early_stopping_stops_on_a_plateau_and_runs_on_while_improving():
         values.append(sel.best)
         assert not stop
     assert np.all(np.diff(values) > 0)
+
+
+def test_gains_below_one_validation_positive_do_not_postpone_the_stop_but_are_kept():
+    cfg = _selection_cfg(surrogate="hinge", eta=1.0, n_iter_no_change=3, average=False)
+    # 4 positives scored a (x1 = 1), 20 negatives scored by x0 in (0, 1]: AUC = #{negatives < a} / 20
+    Xv = np.vstack([np.tile([0.0, 1.0], (4, 1)), np.column_stack([np.linspace(0.05, 1.0, 20), np.zeros(20)])])
+    yv = np.array([1] * 4 + [-1] * 20)
+    assert resolution(yv) == 0.25
+    sel, stops, values = Selection.start(2, 1), [], []
+    for a in (0.06, 0.11, 0.16, 0.21, 0.96):         # +0.05 a check (one pair), then +0.75
+        _, stop = sel.check(cfg, SGDState(W=np.array([[1.0], [a]])), Xv, yv)
+        stops.append(stop)
+        values.append(sel.value[0])
+    assert stops == [False, False, False, True, False]  # three small gains: stale; the jump resets
+    assert np.all(np.diff(values) > 0)                 # every gain is in the snapshot
 
 
 def test_defaults_stop_early_before_the_pass_budget():
