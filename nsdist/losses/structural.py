@@ -128,13 +128,17 @@ def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int
         delta = (twice_a[:, None] / (t * (t + 1)))[None] + (2.0 / n) * QS[:, None, :]
         return np.count_nonzero(delta > 0, axis=2).astype(a.dtype)
     b = np.zeros((M, a.size), dtype=a.dtype)
-    flat, row_start = QS.ravel(), r * n_neg          # QS[r, j] read as flat[r * n_neg + j]
     step = 1 << (n_neg.bit_length() - 1)
+    # a probe with step s is at most 2 * step - s - 1: QS padded with -inf to 2 * step columns, a probe
+    # past the end reads delta = -inf (no rise), as the single search's bound check decides
+    padded = np.full((M, 2 * step), -np.inf)
+    padded[:, :n_neg] = QS
+    flat, row_start = padded.ravel(), r * (2 * step)   # padded[r, j] read as flat[r * 2 step + j]
     while step:
         probe = b + (step - 1)
         t = t0 + probe
-        delta = twice_a / (t * (t + 1)) + (2.0 / n) * flat.take(row_start + np.minimum(probe, n_neg - 1))
-        b += step * ((probe < n_neg) & (delta > 0))
+        delta = twice_a / (t * (t + 1)) + (2.0 / n) * flat.take(row_start + probe)
+        b += step * (delta > 0)
         step >>= 1
     return b
 
