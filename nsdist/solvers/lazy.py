@@ -19,23 +19,26 @@ of 2^20), and every other weight stays as it is.  :class:`LazyWeights` does
   buffer's entries (for float32 rows, a float32 copy of ``W`` kept up to date on
   the touched rows, as the dense update casts ``W`` each epoch).  The gradient
   takes only the rows with a non-zero ``dS`` (those
-  :func:`~nsdist.losses.base.weight_gradient` uses), re-indexed to the ``|T|``
-  features they touch.  A CSR product sums each row,
-  and each feature of the transposed product, in the stored order whatever the
-  column numbering, so the scores, the gradient and the iterate ``W`` are the
-  dense update's **bit for bit**; an untouched weight has gradient 0 and the
-  dense step leaves it as it is.
+  :func:`~nsdist.losses.base.weight_gradient` uses; the rows with ``dS = 0`` it
+  may include add zeros): their entries are gathered from the buffer's arrays
+  and re-indexed to the ``|T|`` features they touch.  A CSR product sums each
+  row, and each feature of the transposed product, in the stored order whatever
+  the column numbering, so the scores, the gradient and the iterate ``W`` are
+  the dense update's **bit for bit**; an untouched weight has gradient 0 and the
+  dense step leaves it as it is.  An epoch buffer is a view of the block's
+  arrays (:func:`row_slice`) and a step builds one small matrix, not scipy's
+  row selection of the buffer.
 * **The iterate sum, lazily.**  Over a block that starts at epoch ``e0`` with
   iterate ``W0`` and takes steps ``Delta_1 .. Delta_n`` (local epochs
   ``t = 1..n``), the iterates ``W_t = W0 + sum_{u<=t} Delta_u`` add up to
-  ``sum_t W_t = n W_n + sum_t (1 - t) Delta_t``.  ``Y = sum_t (1 - t) Delta_t``
-  is zero but on the touched rows (``Y[T] += (1 - t) Delta_t``), and at the
-  block's end ``W_sum += n W_n + Y``: one ``O(d M)`` pass per block, not per
-  epoch.  This equals the dense running sum to float rounding (a few ulps of
-  ``W_sum``), not bit for bit.  It is a pure function of the block and the state
-  handed in, so a run is bit-identical to itself and the engine to the estimator
-  on the same blocks (the plan gives both the same blocks, ``docs/solvers.md``
-  §Determinism).
+  ``sum_t W_t = n W_n + sum_t (1 - t) Delta_t``.  ``(1 - t) Delta_t`` is zero
+  but on the touched rows, so each step adds it to ``W_sum[T]``, and at the
+  block's end ``W_sum += n W_n``: one ``O(d M)`` pass per block, not per epoch,
+  and no scratch array of ``W``'s size.  This equals the dense running sum to
+  float rounding (a few ulps of ``W_sum``), not bit for bit.  It is a pure
+  function of the block and the state handed in, so a run is bit-identical to
+  itself and the engine to the estimator on the same blocks (the plan gives
+  both the same blocks, ``docs/solvers.md`` §Determinism).
 
 The kernel picks the lazy update for CSR blocks without a projection when a
 buffer touches few of the ``d`` features (:func:`use_lazy`).
@@ -75,9 +78,11 @@ def use_lazy(X, n_candidates: int, buffer_size: int, radius: float | None) -> bo
 def row_slice(X, sl: slice):
     """``X[sl]`` for a step-1 slice of rows; for a CSR ``X`` a matrix sharing its data and indices.
 
-    scipy's ``X[a:b]`` copies the rows' entries and checks them again; an epoch
-    buffer only reads them, so the view has the same entries, bit for bit, for
-    ``O(rows)`` instead of ``O(non-zeros)``.
+    scipy's ``X[a:b]`` and its constructor copy the rows' entries (an array
+    under half of its base is copied, to free the base); an epoch buffer only
+    reads them, so the view is made empty and given the slices of ``X``'s
+    arrays: the same entries, bit for bit, for ``O(rows)`` instead of
+    ``O(non-zeros)`` and no allocation of their size.
     """
     if getattr(X, "format", None) != "csr" or sl.step not in (None, 1):
         return X[sl]
@@ -86,8 +91,8 @@ def row_slice(X, sl: slice):
     a, b, _ = sl.indices(X.shape[0])
     b = max(a, b)
     lo, hi = int(X.indptr[a]), int(X.indptr[b])
-    out = sp.csr_matrix((X.data[lo:hi], X.indices[lo:hi], X.indptr[a:b + 1] - X.indptr[a]),
-                        shape=(b - a, X.shape[1]), copy=False)
+    out = sp.csr_matrix((b - a, X.shape[1]), dtype=X.dtype)
+    out.data, out.indices, out.indptr = X.data[lo:hi], X.indices[lo:hi], X.indptr[a:b + 1] - X.indptr[a]
     out.has_sorted_indices = X.has_sorted_indices
     return out
 
@@ -97,8 +102,8 @@ class LazyWeights:
 
     The interface of the kernel's weights: :meth:`scores` (``X_e @ W``),
     :meth:`step` (``W -= X_e.T @ dS * step``, the sum of the iterates kept
-    lazily) and :meth:`finish` (write ``W`` and the block's iterate sum back into
-    the state).  See the module docstring.
+    lazily) and :meth:`finish` (complete the block's iterate sum, write ``W`` and
+    ``W_sum`` back into the state).  See the module docstring.
     """
 
     def __init__(self, st, cols: np.ndarray, radius: float | None) -> None:
@@ -108,16 +113,16 @@ class LazyWeights:
         self.whole = cols.size == st.W.shape[1]
         # the state is the kernel's own copy: with every candidate alive, update its W in place
         self.W = st.W if self.whole else st.W[:, cols]
-        self.Y = np.zeros(self.W.shape)                   # sum_t (1 - t) Delta_t (calloc: pages never touched are free)
-        self.slot = np.empty(self.W.shape[0], dtype=np.intp)
-        self._wc = None
+        self.W_sum = st.W_sum if self.whole else st.W_sum[:, cols]     # + sum_t (1 - t) Delta_t as it goes
+        self.slot = np.empty(self.W.shape[0], dtype=np.int32)
+        self._wc, self._wc_copy = None, False
 
     def _cast(self, dtype: np.dtype) -> np.ndarray:
         """``W`` in the rows' float width (a view for float64, kept up to date by :meth:`step` otherwise);
         a vector for one candidate, so that scipy takes its matrix-vector loop."""
         if self._wc is None or self._wc.dtype != dtype:
             W = self.W[:, 0] if self.W.shape[1] == 1 else self.W
-            self._wc = W if W.dtype == dtype else W.astype(dtype)
+            self._wc, self._wc_copy = (W, False) if W.dtype == dtype else (W.astype(dtype), True)
         return self._wc
 
     def scores(self, Xe) -> np.ndarray:
@@ -129,41 +134,44 @@ class LazyWeights:
     def _touched(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(T, local)``: the distinct features of ``cols`` and each entry's place in ``T``, in ``O(len(cols))``."""
         slot = self.slot
-        order = np.arange(cols.shape[0], dtype=np.intp)
+        order = np.arange(cols.shape[0], dtype=np.int32)
         slot[cols] = order
         touched = cols[slot[cols] == order]               # one entry per distinct feature
         slot[touched] = order[:touched.shape[0]]
         return touched, slot[cols]
 
     def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
-        """``W -= (X_e.T @ dS) * step`` on the features of the rows with a non-zero ``dS`` (the rows
-        :func:`~nsdist.losses.base.weight_gradient` uses), and the lazy sum ``Y``."""
+        """``W -= (X_e.T @ dS) * step`` on the features of the rows with a non-zero ``dS``; ``W_sum[T]``
+        gets ``(1 - t) Delta_t``.
+
+        The rows' entries are gathered from the buffer's arrays (their row pointers from
+        ``dS``'s non-zero rows, no scipy row selection) and re-indexed to the ``|T|``
+        features they touch; the product is scipy's ``X.T @ dS`` on that ``rows x |T|``
+        matrix, which sums each feature in row order as the dense update's does.
+        """
         import scipy.sparse as sp
 
-        nz = np.flatnonzero(dS != 0 if dS.ndim == 1 else np.any(dS != 0, axis=1))
+        nz = np.flatnonzero(dS[:, 0] if dS.shape[1] == 1 else np.any(dS != 0, axis=1))
         if nz.shape[0] == 0:
             return
-        if 4 * nz.shape[0] >= dS.shape[0]:                # weight_gradient's choice of rows
-            rows, coeffs = Xe, dS
-        else:
-            rows, coeffs = Xe[nz], dS[nz]
-        touched, local = self._touched(rows.indices)
-        Xs = sp.csr_matrix((rows.data, local, rows.indptr), shape=(rows.shape[0], touched.shape[0]), copy=False)
-        g = np.asarray(Xs.T @ coeffs.astype(Xs.dtype, copy=False)).astype(np.float64, copy=False)
-        delta = -g * step
+        starts = Xe.indptr[nz]
+        lengths = Xe.indptr[nz + 1] - starts
+        indptr = np.zeros(nz.shape[0] + 1, dtype=np.intp)
+        np.cumsum(lengths, out=indptr[1:])
+        entries = np.arange(indptr[-1]) + np.repeat(starts - indptr[:-1], lengths)   # the rows' entries, in order
+        touched, local = self._touched(Xe.indices[entries])
+        Xs = sp.csr_matrix((Xe.data[entries], local, indptr), shape=(nz.shape[0], touched.shape[0]), copy=False)
+        coeffs = dS[nz, 0] if dS.shape[1] == 1 else dS[nz]
+        g = np.asarray(Xs.T @ coeffs.astype(Xs.dtype)).astype(np.float64, copy=False)
+        delta = -g.reshape(touched.shape[0], -1) * step
         self.W[touched] += delta
-        self.Y[touched] += (1 - (self.st.epoch - self.e0)) * delta
-        if self._wc is not None and not np.shares_memory(self._wc, self.W):
-            self._wc[touched] = (self.W[touched, 0] if self._wc.ndim == 1 else self.W[touched])
+        self.W_sum[touched] += (1 - (self.st.epoch - self.e0)) * delta
+        if self._wc_copy:
+            self._wc[touched] = self.W[touched, 0] if self._wc.ndim == 1 else self.W[touched]
 
     def finish(self) -> None:
         n = self.st.epoch - self.e0
         if n:
-            block_sum = self.W * float(n)
-            block_sum += self.Y                           # sum_t W_t = n W_n + sum_t (1 - t) Delta_t
-            if self.whole:
-                self.st.W_sum += block_sum
-            else:
-                self.st.W_sum[:, self.cols] += block_sum
+            self.W_sum += self.W * float(n)               # sum_t W_t = n W_n + sum_t (1 - t) Delta_t
         if not self.whole:
-            self.st.W[:, self.cols] = self.W
+            self.st.W[:, self.cols], self.st.W_sum[:, self.cols] = self.W, self.W_sum
