@@ -203,8 +203,9 @@ def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str
             what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
             raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
                              "indices must be strictly increasing within a row")
-    # one pass: a sum of finite values is finite unless it overflows (then the exact check decides)
-    if nnz and not np.isfinite(np.add.reduce(values, dtype=np.float64)):
+    # one pass, in the values' own width (a float64 sum of float32 values converts each one): a sum of
+    # finite values is finite unless it overflows (then the exact check decides)
+    if nnz and not np.isfinite(np.add.reduce(values)):
         finite = np.isfinite(values)
         if not finite.all():
             t = _first(~finite)
