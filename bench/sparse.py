@@ -303,7 +303,10 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "candidate; `nsdist/solvers/lazy.py`: scores `X_e @ W` reading only the entries' weights, the gradient only "
            "on the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
            "`np.unique`), epoch buffers are CSR views instead of copies, and partitions are read into CSR from the "
-           "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`).")
+           "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`). Since the previous "
+           "numbers (9c9e978, fbddbf3): epoch buffers are true views (scipy's constructor had copied the slices), a "
+           "lazy step gathers its rows' entries itself (no scipy row selection) and adds (1 - t) Delta_t to W_sum as it "
+           "goes (no d x M scratch); the read's finite check sums float32 values in float32.")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 
@@ -676,6 +679,21 @@ def _mib(x) -> str:
     return f"{x / 2**20:,.0f} MiB"
 
 
+def _older_onepass(old: dict | None, when: str) -> list[str]:
+    """The summary table of replaced one-pass results, marked as older (none: no lines)."""
+    if not old:
+        return []
+    lines = [f"Older one-pass numbers: {when} (finished {old.get('finished', '?')}; same files, same calls):", "",
+             "| buffer_size, standardize | ETA | scan rows/s | whole-job rows/s | ratio whole-job / scan | "
+             "chain rows/s | test Prec@1% | test F1 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, x in old["summary"].items():
+        lines.append(f"| {name} (older) | {x['eta']:.2g} | {x['scan_rows_per_s']:,.0f} | "
+                     f"{x['rows_per_s_whole_job']:,.0f} | {x['ratio_whole_job_vs_scan']:.2f}x | "
+                     f"{x['rows_per_s_chain']:,.0f} | {_pct(x['test']['precision_at_k'])} | "
+                     f"{_pct(x['test']['f1_score'])} |")
+    return lines + [""]
+
+
 def markdown_training(t: dict) -> list[str]:
     """The training tables (issue 12) from ``raw["training"]``; missing parts are said to be missing."""
     loads = [x["load_average"] for v in t.values() for x in (v if isinstance(v, list) else [v])
@@ -790,18 +808,9 @@ def markdown_training(t: dict) -> list[str]:
                       "a second measurement of the same code. Before 545152f, in the same session (one run each, not "
                       "stored): 17.2 s unpatched against 8.2 s patched at buffer_size=500 -- the list token took half "
                       "the job.", ""]
-    old_op = t.get("text_onepass_older")
-    if old_op:
-        lines += [f"Older one-pass numbers (finished {old_op.get('finished', '?')}, before the changes above; "
-                  "same files, same calls):", "",
-                  "| buffer_size, standardize | ETA | scan rows/s | whole-job rows/s | ratio whole-job / scan | "
-                  "chain rows/s | test Prec@1% | test F1 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, x in old_op["summary"].items():
-            lines.append(f"| {name} (older) | {x['eta']:.2g} | {x['scan_rows_per_s']:,.0f} | "
-                         f"{x['rows_per_s_whole_job']:,.0f} | {x['ratio_whole_job_vs_scan']:.2f}x | "
-                         f"{x['rows_per_s_chain']:,.0f} | {_pct(x['test']['precision_at_k'])} | "
-                         f"{_pct(x['test']['f1_score'])} |")
-        lines.append("")
+    for key, when in (("text_onepass_previous", "the numbers replaced by the ones above (before the changes above)"),
+                      ("text_onepass_older", "the first stored numbers, before the lazy update")):
+        lines += _older_onepass(t.get(key), when)
     old_rss = t.get("text_onepass_rss_older")
     if old_rss:
         lines += [f"Older worker peak RSS (finished {old_rss.get('finished', '?')}): " + "; ".join(
@@ -875,12 +884,14 @@ def markdown_training(t: dict) -> list[str]:
             for a in kc["rows"] for b in kc["rows"]
             if a.get("update") == "lazy" and b.get("update") == "dense" and a["d"] == b["d"] == 2**20
             and a["candidates"] == b["candidates"] and a["buffer_size"] == b["buffer_size"]) + ".", ""]
-    old_k = t.get("kernel_older")
-    if old_k:
-        lines += [f"Older kernel numbers (float64 rows, before the lazy update was used at one candidate; finished "
-                  f"{old_k.get('finished', '?')}): " + "; ".join(
-                      f"2^{int(np.log2(r['d']))} x {r['candidates']}, buffer {r['buffer_size']}: "
-                      f"{r['ms_per_epoch']:.1f} ms/epoch" for r in old_k["rows"]) + ".", ""]
+    for key, when in (("kernel_previous", "replaced by the ones above, before the changes above"),
+                      ("kernel_older", "float64 rows, before the lazy update was used at one candidate")):
+        old_k = t.get(key)
+        if old_k:
+            lines += [f"Older kernel numbers ({when}; finished {old_k.get('finished', '?')}): " + "; ".join(
+                f"2^{int(np.log2(r['d']))} x {r['candidates']}, buffer {r['buffer_size']}"
+                + (f" ({r['update']})" if "update" in r else "") + f": {r['ms_per_epoch']:.1f} ms/epoch"
+                for r in old_k["rows"]) + ".", ""]
     for key in ("text_defaults", "text_defaults_reduced"):
         dd = t.get(key)
         if not dd:
@@ -1021,9 +1032,10 @@ def main(argv: list[str] | None = None) -> None:
     raw = json.loads(stored.read_text()) if stored.exists() else {}     # the other parts' stored results
     raw.update(new)
     stored_training = raw.setdefault("training", {})
-    for key in ("text_onepass", "text_onepass_rss", "kernel"):     # the numbers replaced stay, marked older
-        if key in training and key in stored_training and key + "_older" not in stored_training:
-            stored_training[key + "_older"] = stored_training[key]
+    for key in ("text_onepass", "text_onepass_rss", "kernel"):     # the numbers replaced stay, marked older:
+        if key in training and key in stored_training:               # the first ones, and the last replaced
+            older = key + ("_older" if key + "_older" not in stored_training else "_previous")
+            stored_training[older] = stored_training[key]
     stored_training.update(training)
     write_atomically(stored, json.dumps(raw, indent=1) + "\n")
     table = markdown(raw)
