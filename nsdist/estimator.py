@@ -121,9 +121,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
     n_iter_no_change : int >= 1, default 5
-        Checks without improvement before early stopping (an improvement:
-        more than ``1 / n+`` on ``n+`` validation positives,
-        :func:`~nsdist.solvers.select.resolution`).
+        Checks without improvement before early stopping.
     random_state : int >= 0, default 0
         Seed of every random order and of the holdout; the same seed and data
         give the same model bit for bit (an int, so the order is the same on

@@ -11,7 +11,7 @@ from nsdist.losses.pairs import sigmoid_pairs
 from nsdist.solvers.config import TrainConfig
 from nsdist.solvers.kernel import SGDState
 from nsdist.solvers.plan import Holdout, holdout_sizes, schedule
-from nsdist.solvers.select import Selection, f1_threshold, resolution
+from nsdist.solvers.select import Selection, f1_threshold
 
 
 def make_data(n=1500, d=8, pos=0.08, seed=0):
@@ -147,21 +147,6 @@ def test_early_stopping_stops_on_a_plateau_and_runs_on_while_improving():
     assert np.all(np.diff(values) > 0)
 
 
-def test_gains_below_one_validation_positive_do_not_postpone_the_stop_but_are_kept():
-    cfg = _selection_cfg(surrogate="hinge", eta=1.0, n_iter_no_change=3, average=False)
-    # 4 positives scored a (x1 = 1), 20 negatives scored by x0 in (0, 1]: AUC = #{negatives < a} / 20
-    Xv = np.vstack([np.tile([0.0, 1.0], (4, 1)), np.column_stack([np.linspace(0.05, 1.0, 20), np.zeros(20)])])
-    yv = np.array([1] * 4 + [-1] * 20)
-    assert resolution(yv) == 0.25
-    sel, stops, values = Selection.start(2, 1), [], []
-    for a in (0.06, 0.11, 0.16, 0.21, 0.96):         # +0.05 a check (one pair), then +0.75
-        _, stop = sel.check(cfg, SGDState(W=np.array([[1.0], [a]])), Xv, yv)
-        stops.append(stop)
-        values.append(sel.value[0])
-    assert stops == [False, False, False, True, False]  # three small gains: stale; the jump resets
-    assert np.all(np.diff(values) > 0)                 # every gain is in the snapshot
-
-
 def test_defaults_stop_early_before_the_pass_budget():
     X, y = make_data(n=3000)
     est = NonDecomposableClassifier("pauc").fit(X, y)
@@ -184,6 +169,15 @@ def test_schedule_checks_every_few_passes_or_inside_long_passes():
     steps, checks = schedule([100, 100, 100, 100], 2, random_state=0, shuffle=False, check_rows=250)
     assert checks == [2, 3, 6, 7]
     assert len(steps) == 8
+
+
+def test_checks_are_fifty_steps_apart_or_five_validation_rows_per_check():
+    small = TrainConfig.from_params(measure="pauc").resolve(n_features=2, n_rows=7000, mean_sq_norm=1.0,
+                                                           n_validation=800)
+    assert small.check_rows == 50 * 500                   # the floor: every average holds >= 50 iterates
+    large = TrainConfig.from_params(measure="pauc").resolve(n_features=2, n_rows=10**7, mean_sq_norm=1.0,
+                                                           n_validation=200_000)
+    assert large.check_rows == 5 * 200_000                # a check costs about a tenth of the training
 
 
 def test_cp_returns_its_last_iterate_as_svmperf_does():

@@ -10,9 +10,8 @@ rows with the exact measure of :mod:`nsdist.metrics`:
   al. 2018), down to one;
 * each candidate keeps a snapshot of its best-scoring model;
 * training stops when the best value over all candidates has not improved by
-  more than :func:`resolution` -- the weight of one validation positive --
-  for ``n_iter_no_change`` checks (early stopping), or when the pass budget
-  is spent.
+  more than :data:`~nsdist.solvers.config.MIN_DELTA` for ``n_iter_no_change``
+  checks (early stopping), or when the pass budget is spent.
 
 The returned model is the best snapshot.  For F1 the threshold is the
 plug-in one -- the threshold that maximises F1 on the validation rows
@@ -25,28 +24,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import TrainConfig
+from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
 from .measure import cut_intercept, get_measure, measure_function
 
-__all__ = ["Selection", "f1_threshold", "resolution", "REDUCTION"]
+__all__ = ["Selection", "f1_threshold", "REDUCTION"]
 
 #: successive halving keeps the best ``ceil(n / REDUCTION)`` of ``n`` live candidates at a check
 #: (Hyperband's default reduction factor, Li et al. 2018: the population is down to one after
 #: ``log_3 n`` checks -- 3 for 20-25 candidates, not 5 as with halves)
 REDUCTION = 3
-
-
-def resolution(y_val: np.ndarray) -> float:
-    """The smallest improvement of the validation measure that counts for early stopping: ``1 / n+``.
-
-    One validation positive moving past every negative changes pAUC, AUC and
-    recall by ``1 / n+`` (PRBEP and F1 by about as much); a gain that small is
-    one positive's luck on the holdout, not a better model, so an improvement
-    must exceed it.  The rule follows the holdout's size: with 18 validation
-    positives a check must gain more than 0.055, with 1000 more than 0.001.
-    """
-    return 1.0 / max(1, int(np.count_nonzero(y_val > 0)))
 
 
 def f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
@@ -164,7 +151,7 @@ class Selection:
         for c, v, be in zip(cols[better], values[better], b_eff[better]):
             self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
         top = float(values.max()) if values.size else -np.inf
-        if top > self.best + resolution(y_val):
+        if top > self.best + MIN_DELTA:
             self.best, self.stale = top, 0
         else:
             self.best, self.stale = max(self.best, top), self.stale + 1
