@@ -59,10 +59,9 @@ RANKING_CANDIDATES = (("auc", {"surrogate": "squared_hinge"}), ("pauc", {"beta":
                       ("logloss", {}))
 #: ranking candidates beside the pairwise measures' own surrogates
 PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
-#: steps (epochs) of the default pass budget and of the check interval: a candidate's averaged
-#: iterate is judged after at least ``CHECK_STEPS`` steps (halving at a check every few buffers
-#: dropped the larger step scales on their first, noisy averages: 2 points of pAUC/PRBEP lost
-#: on a 7,800-row training set in bench/defaults.py)
+#: steps (epochs) of the default pass budget and of the check interval: successive halving judges
+#: a candidate's averaged iterate only once it averages ``CHECK_STEPS`` iterates or more, not its
+#: first few noisy steps (a round number, not tuned on any data set; ``docs/solvers.md`` §Selection)
 MAX_STEPS, CHECK_STEPS = 20_000, 50
 #: streamed rows per validation row between two checks: a check scores each validation row with one
 #: product where a training row costs two products and a surrogate, so checks cost about a tenth
