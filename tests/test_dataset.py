@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nsdist.data import DataNotFoundError, Dataset
+from nsdist.solvers.scaling import Scaling
 
 RNG = np.random.default_rng(0)
 
@@ -247,7 +248,8 @@ def test_read_block_is_read_gather_scale_to_the_bit(tmp_path, dtype):
     for rows in (np.arange(n), rng.permutation(n), rng.permutation(n)[:17], np.flatnonzero(rng.random(n) < 0.3),
                  np.zeros(0, dtype=np.int64)):
         for sh, sc in ((None, None), (None, scale), (shift, scale)):
-            X, y = ds.read_block(0, dtype=dtype, order=lambda _y, rows=rows: rows, shift=sh, scale=sc)
+            scaling = None if sc is None else Scaling(np.zeros(4) if sh is None else sh, sc, centered=sh is not None)
+            X, y = ds.read_block(0, dtype=dtype, order=lambda _y, rows=rows: rows, scaling=scaling)
             RX, Ry = _block_reference(ds, 0, dtype, rows, sh, sc)
             assert X.dtype == np.dtype(dtype) and X.flags.c_contiguous and X.shape == RX.shape
             np.testing.assert_array_equal(X, RX)

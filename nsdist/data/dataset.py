@@ -17,11 +17,12 @@ it is cheap to send to Dask workers, which call :meth:`Dataset.read_partition`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import posixpath
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,9 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
-from nsdist.data.dense import checked_columns, dense_block, gather_block
+from nsdist.data.dense import checked_columns, gather_block
 from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
+from nsdist.solvers.scaling import Scaling
 
 __all__ = ["PartitionInfo", "Dataset"]
 
@@ -278,23 +280,22 @@ class Dataset:
         """
         table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout == "columns" and not sparse:
-            X = dense_block(table, [name for name, _ in self.schema.columns], self.schema.names, dtype, where)
+            X = gather_block(checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names,
+                                             dtype, where), dtype)
         else:
             X = self.schema.features(table, dtype, where, sparse=sparse)
         return X, self.schema.labels(table, where)
 
     def read_block(self, i: int, *, dtype=np.float64, order: Callable[[np.ndarray], np.ndarray] | None = None,
-                   shift: np.ndarray | None = None, scale: np.ndarray | None = None
-                   ) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
+                   scaling: Scaling | None = None) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         """Partition ``i`` as a training block: its rows ``order(y)``, in that order, scaled.
 
         What the partition chain loads (``docs/engine.md`` §Partition chain): the same
         as ``X, y = read_partition(i, dtype=dtype)``, ``rows = order(y)``,
-        ``X, y = X[rows], y[rows]`` and then ``X = (X - shift) / scale`` in ``dtype``
-        (``shift`` None: only divided; ``scale`` None: not scaled), to the bit, and
+        ``X, y = X[rows], y[rows]`` and then ``scaling.apply(X)``, to the bit, and
         with the same checks of every row (kept or not) and the same errors; for the
         ``"columns"`` layout in one gathering copy instead of four passes
-        (:mod:`nsdist.data.dense`).  Sparse blocks are never shifted.
+        (:mod:`nsdist.data.dense`).
         """
         table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout != "columns":
@@ -303,23 +304,15 @@ class Dataset:
             if order is not None:
                 rows = order(y)
                 X, y = X[rows], y[rows]
-            if scale is not None:
-                if sp.issparse(X):
-                    if shift is not None and np.any(shift):
-                        raise ValueError("cannot centre a sparse block (it would densify)")
-                    X.data *= (1.0 / np.asarray(scale)).astype(X.dtype, copy=False)[X.indices]
-                else:
-                    if shift is not None:
-                        X -= np.asarray(shift).astype(X.dtype, copy=False)
-                    X /= np.asarray(scale).astype(X.dtype, copy=False)
-            return X, y
+            return (X if scaling is None else scaling.apply(X)), y
         values = checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names, dtype,
                                  where)                   # the features' errors first, as read_partition
         y, rows = self.schema.labels(table, where), None
         if order is not None:
             rows = order(y)
             y = y[rows]
-        return gather_block(values, dtype, rows=rows, shift=shift, scale=scale), y
+        shift = None if scaling is None or not scaling.centered else scaling.mean
+        return gather_block(values, dtype, rows=rows, shift=shift, scale=None if scaling is None else scaling.scale), y
 
     def read_labels(self, i: int) -> np.ndarray:
         """Only the labels of partition ``i`` (``int8`` in {-1, +1})."""
@@ -329,17 +322,9 @@ class Dataset:
     def _read(self, i: int, columns: list[str]) -> tuple[pa.Table, str]:
         info, where = self.partitions[i], self.partition_name(i)
         try:
-            if isinstance(self.fs, LocalFileSystem):
-                # Arrow's own memory-mapped reader: no Python file object between the
-                # decoder threads and the bytes (about 1.5-2x faster than through fsspec)
-                with pq.ParquetFile(info.path, memory_map=True) as parquet:
-                    self.schema.check(parquet.schema_arrow, where)
-                    table = parquet.read(columns=columns)
-            else:
-                with access(self.fs, info.path, "read"), self.fs.open(info.path, "rb") as f:
-                    parquet = pq.ParquetFile(f)
-                    self.schema.check(parquet.schema_arrow, where)
-                    table = parquet.read(columns=columns)
+            with _parquet_file(self.fs, info.path) as parquet:
+                self.schema.check(parquet.schema_arrow, where)
+                table = parquet.read(columns=columns)
         except StorageAccessError:
             raise
         except (pa.ArrowException, OSError) as exc:
@@ -404,9 +389,17 @@ def _discover(fs: AbstractFileSystem, path: str, url: str) -> tuple[str, list[tu
     return root, files
 
 
-def _footer(fs: AbstractFileSystem, path: str) -> tuple[int, pa.Schema]:
-    """Row count and Arrow schema from a Parquet footer."""
-    return _read_footer(fs, path)[:2]
+@contextlib.contextmanager
+def _parquet_file(fs: AbstractFileSystem, path: str) -> Iterator[pq.ParquetFile]:
+    """``path`` open as a ``pq.ParquetFile``: a local file through Arrow's own memory-mapped reader
+    (no Python file object between the decoder threads and the bytes: about 1.5-2x faster than
+    through fsspec), any other through its fsspec file system."""
+    if isinstance(fs, LocalFileSystem):
+        with pq.ParquetFile(path, memory_map=True) as parquet:
+            yield parquet
+    else:
+        with access(fs, path, "read"), fs.open(path, "rb") as f:
+            yield pq.ParquetFile(f)
 
 
 def _label_range(metadata: pq.FileMetaData, label: str) -> tuple | None:

@@ -1,8 +1,9 @@
 """The fast read of the ``"columns"`` layout: checked columns to a C-ordered block in one copy.
 
 A partition of one numeric column per feature is what users have (Parquet
-written by pandas, Spark, pyarrow).  :func:`dense_block` turns its Arrow
-table into the ``(m, d)`` C-ordered matrix the solvers take, optionally
+written by pandas, Spark, pyarrow).  :func:`checked_columns` and
+:func:`gather_block` turn its Arrow table into the ``(m, d)`` C-ordered
+matrix the solvers take, optionally
 keeping only the rows ``rows`` in that order (the chain's stream order) and
 shifting and scaling every feature (the standardisation), with as few full
 passes over the bytes as the layout allows:
@@ -33,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["dense_block", "checked_columns", "gather_block", "check_feature_columns"]
+__all__ = ["checked_columns", "gather_block"]
 
 
 def _as_numpy(column: pa.ChunkedArray, target: pa.DataType) -> np.ndarray:
@@ -50,7 +51,7 @@ def _as_numpy(column: pa.ChunkedArray, target: pa.DataType) -> np.ndarray:
                            for c in chunks])
 
 
-def check_feature_columns(table: pa.Table, names: Sequence[str], where: str) -> None:
+def _check_nulls(table: pa.Table, names: Sequence[str], where: str) -> None:
     """Raise the first null of the feature columns (by column, then row), naming row and feature."""
     for name in names:
         column = table.column(name)
@@ -84,7 +85,7 @@ def checked_columns(table: pa.Table, columns: Sequence[str], names: Sequence[str
         ``"<where>: row r: feature 'name' is missing (null)"`` or ``... = v is not finite``.
     """
     target = pa.from_numpy_dtype(np.dtype(dtype))
-    check_feature_columns(table, columns, where)
+    _check_nulls(table, columns, where)
     values = [_as_numpy(table.column(name), target) for name in columns]
     bad = [j for j, v in enumerate(values) if v.size and not (np.isfinite(v.min()) and np.isfinite(v.max()))]
     if bad:
@@ -120,30 +121,3 @@ def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = N
         if scale is not None:
             row /= scale[j]
     return np.ascontiguousarray(block.T)
-
-
-def dense_block(table: pa.Table, columns: Sequence[str], names: Sequence[str], dtype, where: str, *,
-                rows: np.ndarray | None = None, shift: np.ndarray | None = None,
-                scale: np.ndarray | None = None) -> np.ndarray:
-    """The checked ``(m, d)`` C-ordered feature block of a ``"columns"`` table (module docstring).
-
-    Parameters
-    ----------
-    table : pyarrow.Table
-    columns : the feature columns, in feature order
-    names : the feature names (for messages)
-    dtype : float32 or float64
-    where : the partition, for messages
-    rows : int array, optional
-        The rows to keep, in this order (default: all, in file order).
-    shift, scale : float arrays of shape (d,), optional
-        ``(x - shift) / scale`` in ``dtype`` (``shift`` None: only divided; both None: as read).
-
-    Raises
-    ------
-    ValueError
-        ``"<where>: row r: feature 'name' is missing (null)"`` or ``... = v is not finite``:
-        every row of the table is checked, kept or not.
-    """
-    values = checked_columns(table, columns, names, dtype, where)
-    return gather_block(values, dtype, rows=rows, shift=shift, scale=scale)

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from nsdist.data.dataset import Dataset, _footer
+from nsdist.data.dataset import Dataset, _read_footer
 from nsdist.data.fs import resolve
 from nsdist.data.labels import LabelRule
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
@@ -85,7 +85,7 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
     ds = Dataset.open(src, label_column=label_column, storage_options=storage_options)
     if ds.n_features != n_features:
         raise ValueError(f"{src} has {ds.n_features} features, the model expects {n_features}")
-    names = _footer(ds.fs, ds.partitions[0].path)[1].names
+    names = _read_footer(ds.fs, ds.partitions[0].path)[1].names
     absent = [c for c in keep if c not in names]
     if absent:
         raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "

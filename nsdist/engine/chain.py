@@ -73,10 +73,7 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
                           random_state=c.random_state, shuffle=c.shuffle, holdout=cfg.holdout,
                           stream_label=cfg.stream_label)
 
-    sc = cfg.scaling
-    shift = None if sc is None or not sc.centered else sc.mean
-    return dataset.read_block(partition, dtype=cfg.dtype, order=order, shift=shift,
-                              scale=None if sc is None else sc.scale)
+    return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
 
 
 def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: ChainConfig,

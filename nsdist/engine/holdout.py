@@ -31,12 +31,13 @@ from distributed import Client, fire_and_forget
 
 from ..data import Dataset
 from ..solvers.order import holdout_keys
+from ..solvers.kernel import aligned, stack_rows
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
 from ..solvers.scaling import merge_moments, row_moments
 
 log = logging.getLogger("nsdist.engine")
 
-__all__ = ["class_counts", "check_classes", "plan_holdout", "gather_validation", "sample_partitions", "read_sample",
+__all__ = ["class_counts", "check_classes", "plan_holdout", "gather_validation", "sample_partitions",
            "WorkerSample", "moments_of"]
 
 
@@ -95,7 +96,7 @@ def moments_of(X, chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
     n = sum(b.shape[0] for b in blocks)
     if any(hasattr(b, "tocsr") or b.ndim != 2 or b.shape[1] < 2 or not b.flags.c_contiguous for b in blocks) \
             or n == 0:
-        return row_moments(_concat(blocks).astype(np.float64))
+        return row_moments(stack_rows(blocks).astype(np.float64))
     buf = np.empty((min(chunk, n) + 1, blocks[0].shape[1]), dtype=np.float64)
 
     def column_sums(transform) -> np.ndarray:
@@ -142,28 +143,14 @@ def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dty
     return (X, y), merge_moments([p[2] for p in parts])
 
 
-def _concat(Xs: list):
-    """Row blocks concatenated in order (CSR blocks stay CSR; one block is returned as it is)."""
-    if len(Xs) == 1:
-        return Xs[0]
-    if any(hasattr(x, "tocsr") for x in Xs):
-        import scipy.sparse as sp
-        return sp.vstack(Xs, format="csr")
-    return np.concatenate(Xs)
-
-
 def _stack(parts: list) -> tuple:
     """``(X, y)`` blocks concatenated in order (CSR blocks stay CSR)."""
-    return _concat([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    return stack_rows([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> list[int]:
     """Partitions drawn by seed while they hold at most ``max_rows`` rows (at least one; all of them if the
-    dataset has no more), in file order.
-
-    (Before: until they held ``max_rows`` or more -- one partition more than the bound, read on the
-    critical path of a fixed run.)
-    """
+    dataset has no more), in file order."""
     order = np.random.default_rng([random_state, 0x5A3D1E]).permutation(len(dataset.partitions))
     chosen, rows = [], 0
     for j in order:
@@ -177,12 +164,6 @@ def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> lis
 
 def _read(dataset: Dataset, partition: int, dtype: str):
     return dataset.read_partition(partition, dtype=dtype)
-
-
-def read_sample(client: Client, dataset: Dataset, partitions: list[int], *, dtype: str):
-    """The raw rows of ``partitions`` on the driver, concatenated in the given order."""
-    return _stack(client.gather(client.map(_read, [dataset] * len(partitions), partitions, dtype=dtype,
-                                           pure=False)))
 
 
 def check_classes(client: Client, dataset: Dataset) -> None:
@@ -203,8 +184,7 @@ def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
     from ..solvers.measure import cut_intercept
 
     X, y = sample                    # the concatenated rows, scored in one product as the estimator does
-    if not hasattr(X, "tocsr"):      # (a copy that crossed the network may be unaligned: BLAS-free, other sums)
-        X = np.require(X, requirements=["C", "A"])
+    X = aligned(X)                   # a copy that crossed the network may be unaligned (kernel.aligned)
     Xs = X if scaling is None else scaling.apply(X.copy())
     return cut_intercept(measure, y, np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
 
@@ -223,8 +203,9 @@ class WorkerSample:
     functions on the same concatenated rows -- a matrix-vector product is not
     the same to the bit on the rows split in two, so the cut is not computed
     block by block).  Nothing but those numbers comes back.  It holds
-    ``max_rows`` rows (or one partition) on one worker until :meth:`release`.  Every worker also imports the chain's modules now, not
-    in the chain's first steps.
+    ``max_rows`` rows (or one partition) on one worker until :meth:`release`.
+    Every worker also imports the chain's modules now, not in the chain's
+    first steps.
     """
 
     def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str,

@@ -26,7 +26,8 @@ import numpy as np
 from ..losses.base import Loss, weight_gradient
 from .lazy import LazyWeights, row_slice, use_lazy
 
-__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states"]
+__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states",
+           "stack_rows", "aligned"]
 
 #: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
@@ -166,15 +167,17 @@ def epoch_slices(n: int, buffer_size: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _stack(top, rows):
-    """``top`` rows followed by ``rows`` (dense or sparse)."""
-    if hasattr(rows, "tocsr"):
+def stack_rows(blocks: Sequence):
+    """Row blocks one after the other (CSR blocks stay CSR; a single block is returned as it is)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    if any(hasattr(b, "tocsr") for b in blocks):
         import scipy.sparse as sp
-        return sp.vstack([top, rows], format="csr")
-    return np.concatenate([top, rows])
+        return sp.vstack(list(blocks), format="csr")
+    return np.concatenate(blocks)
 
 
-def _aligned(X):
+def aligned(X):
     """``X`` itself, or a C-ordered, aligned copy of a dense block that is neither.
 
     A block that crossed the network (Dask's deserialisation) can start at an
@@ -218,7 +221,7 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
         Mean loss over the live candidates before the step, buffer rows, skip flag, seconds.
     """
     st = state.copy()
-    X, reservoir = _aligned(X), None if reservoir is None else (_aligned(reservoir[0]), reservoir[1])
+    X, reservoir = aligned(X), None if reservoir is None else (aligned(reservoir[0]), reservoir[1])
     cols = np.flatnonzero(st.alive)
     losses: Sequence[Loss] = [population.losses[c] for c in cols]
     etas = np.asarray(population.etas, dtype=np.float64)[cols]
@@ -274,7 +277,7 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, re
         t0 = time.perf_counter()
         Xe, ye = row_slice(X, sl), y[sl]
         if reservoir is not None:
-            Xe, ye = _stack(reservoir[0], Xe), np.concatenate([reservoir[1], ye])
+            Xe, ye = stack_rows((reservoir[0], Xe)), np.concatenate([reservoir[1], ye])
         st.rows_seen += sl.stop - sl.start
         n_pos = int(np.count_nonzero(ye > 0))
         if n_pos == 0 or n_pos == ye.shape[0] or cols.size == 0:
