@@ -395,13 +395,16 @@ def test_value_and_dscore_many_is_the_loop_bit_for_bit(name, params, n, m, seed,
 @given(n_pos=st.integers(1, 80), n_neg=st.integers(1, 500), seed=st.integers(0, 2**32 - 1),
        scale=st.sampled_from([1e-3, 1.0, 1e3]), ties=st.booleans())
 def test_f1_best_false_positives_counted_equals_searched(n_pos, n_neg, seed, scale, ties):
-    """Small buffers count ``b*(a)`` on the whole delta table, large ones binary-search it: the same ``b*``."""
+    """Small buffers count ``b*(a)`` on the delta table, large ones binary-search it, both below the
+    rising bound: the same ``b*`` as the count over the whole table (the definition)."""
     from nsdist.losses import structural
 
     rng = np.random.default_rng(seed)
-    qs = rng.standard_normal(n_neg) * scale
+    qs = rng.standard_normal(n_neg) * scale + rng.choice([0.0, -2.0 * scale])
     qs = np.sort(np.round(qs / scale) * scale if ties else qs)[::-1]
     a, n = np.arange(n_pos + 1), n_pos + n_neg
+    t = (a + n_pos)[:, None] + np.arange(n_neg)
+    whole = np.count_nonzero(2.0 * a[:, None] / (t * (t + 1)) + (2.0 / n) * qs > 0, axis=1)
     counted = structural._best_false_positives(a, qs, n_pos, n)
     many = structural._best_false_positives_many(a, np.stack([qs, qs]), n_pos, n)
     saved = structural._DENSE_SEARCH
@@ -411,5 +414,6 @@ def test_f1_best_false_positives_counted_equals_searched(n_pos, n_neg, seed, sca
         many_searched = structural._best_false_positives_many(a, np.stack([qs, qs]), n_pos, n)
     finally:
         structural._DENSE_SEARCH = saved
-    for b in (counted, many[0], many[1], many_searched[0]):
-        np.testing.assert_array_equal(b, searched)
+    for b in (counted, many[0], many[1], many_searched[0], searched):
+        np.testing.assert_array_equal(b, whole)
+    assert structural._rising_bound(qs, n_pos, n) >= whole.max()

@@ -72,6 +72,22 @@ def _max_fixed_count(sp: np.ndarray, sn: np.ndarray, K: int) -> tuple[float, int
 _DENSE_SEARCH = 1 << 15
 
 
+def _rising_bound(QS: np.ndarray, n_pos: int, n: int) -> int:
+    r"""A ``B`` with ``b*(a) <= B`` for every ``a`` (and every row of ``QS``): only ``b < B`` can rise.
+
+    On ``0 <= a <= n+ <= c`` the term ``2a / ((a + c)(a + c + 1))``, ``c = b + n+``,
+    grows with ``a``, so ``delta(a, b) <= u(b) = 2 n+ / ((2 n+ + b)(2 n+ + b + 1)) + (2/n) qs[b]``.
+    Doubling the first term leaves a margin far above rounding: where the doubled
+    ``u(b)`` is not positive, ``delta(a, b) < 0`` for every ``a``, exact or computed.
+    ``B`` is one past the last ``b`` where it is positive.  On a trained model
+    few negatives come close to the positives, and ``B`` is a fraction of ``n-``.
+    """
+    t = 2.0 * n_pos + np.arange(QS.shape[-1])
+    rising = 4.0 * n_pos / (t * (t + 1)) + (2.0 / n) * QS > 0
+    last = np.flatnonzero(rising if rising.ndim == 1 else rising.any(axis=0))
+    return int(last[-1]) + 1 if last.size else 0
+
+
 def _best_false_positives(a: np.ndarray, qs: np.ndarray, n_pos: int, n: int) -> np.ndarray:
     r"""``b*(a) = argmax_b [-F1(a, b) + (2/n) CN[b]]`` for every ``a`` at once.
 
@@ -84,8 +100,10 @@ def _best_false_positives(a: np.ndarray, qs: np.ndarray, n_pos: int, n: int) -> 
 
     therefore decrease in ``b`` (in floating point too: every operation is
     monotone), and ``b*(a) = #{b : delta(a, b) > 0}`` is found by a binary search
-    (by powers of two) run for all ``a`` together: O(n+ log n-).
+    (by powers of two) run for all ``a`` together: O(n+ log n-), over the
+    ``b`` below :func:`_rising_bound` only.
     """
+    qs = qs[:_rising_bound(qs, n_pos, n)]
     twice_a, t0 = 2.0 * a, a + n_pos
     if a.size * qs.size <= _DENSE_SEARCH:       # small buffers: count the rising b's directly (the same
         t = t0[:, None] + np.arange(qs.size)    # delta values, so the same b* as the search)
@@ -120,6 +138,7 @@ def _max_f1(sp: np.ndarray, sn: np.ndarray) -> tuple[float, int, int]:
 
 def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int) -> np.ndarray:
     """:func:`_best_false_positives` for every row of ``QS`` (M, n-) at once, bit for bit."""
+    QS = QS[:, :_rising_bound(QS, n_pos, n)]
     M, n_neg = QS.shape
     r = np.arange(M)[:, None]
     twice_a, t0 = 2.0 * a, a + n_pos
