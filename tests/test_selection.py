@@ -100,7 +100,7 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
-    assert len(a.selection_) == len(a.config_.candidates) == 20      # (prbep, auc/squared_hinge, pauc, logloss) x 5
+    assert len(a.selection_) == len(a.config_.candidates) == 25   # (prbep, auc/sq. hinge, pauc, logloss x 2) x 5
     assert sum(r["selected"] for r in a.selection_) == 1
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
@@ -229,3 +229,45 @@ def test_the_pointwise_candidate_learns_an_intercept_the_pairwise_ones_do_not():
     pairwise = [j for j, c in enumerate(est.config_.candidates) if c.loss.name != "logloss"]
     assert np.all(st_.b[logloss] < 0.0)
     assert np.all(st_.b[pairwise] == 0.0)
+
+
+def test_smooth_candidates_step_a_constant_eta_where_the_fit_chooses_it():
+    """docs/solvers.md §Selection: the smooth ``phi`` take ``eta`` at every epoch (averaged constant-step
+    SGD), logloss both ways; the hinge and the structural surrogates, and any run with a given ``eta``,
+    the paper's ``eta / sqrt(e)``."""
+    for measure in ("pauc", "f1"):
+        cfg = TrainConfig.from_params(measure=measure).resolve(n_features=4, n_rows=1000, mean_sq_norm=4.0,
+                                                               n_validation=100)
+        names = [c.name for c in cfg.candidates]
+        assert len(set(names)) == len(names)
+        for c in cfg.candidates:
+            smooth_phi = c.loss.params().get("surrogate") in ("logistic", "squared_hinge", "sigmoid")
+            if c.loss.name == "logloss":
+                assert c.constant == ("/const@" in c.name), c.name
+            else:
+                assert c.constant == smooth_phi, c.name
+            assert c.describe()["schedule"] == ("eta" if c.constant else "eta/sqrt(e)")
+        logloss = [(c.step_scale, c.constant) for c in cfg.candidates if c.loss.name == "logloss"]
+        assert sorted(logloss) == sorted((s, k) for s in (0.1, 1.0, 10.0, 100.0, 1000.0) for k in (True, False))
+    fixed = TrainConfig.from_params(measure="auc", surrogate="logistic", eta=0.5).resolve(
+        n_features=4, n_rows=1000, n_validation=100)
+    assert [c.constant for c in fixed.candidates] == [False]
+
+
+def test_the_kernel_steps_each_candidate_by_its_schedule():
+    """Three epochs of two logloss candidates, one constant, one decaying, against the update written out."""
+    from nsdist.losses import LogLoss
+    from nsdist.solvers.kernel import Population, run_epochs
+
+    X, y = make_data(n=300, d=5)
+    loss = LogLoss()
+    population = Population((loss, loss), (0.2, 0.2), (False, False), (True, False))
+    state, _ = run_epochs(SGDState.zeros(5, 2), X, y, population, buffer_size=100)
+    for m, constant in enumerate((True, False)):
+        w, w_sum = np.zeros(5), np.zeros(5)
+        for e, sl in enumerate((slice(0, 100), slice(100, 200), slice(200, 300)), start=1):
+            _, ds = loss.value_and_dscore(X[sl] @ w, y[sl])
+            w = w - (0.2 if constant else 0.2 / np.sqrt(e)) * (X[sl].T @ ds)
+            w_sum += w
+        np.testing.assert_allclose(state.W[:, m], w, rtol=1e-12)
+        np.testing.assert_allclose(state.W_sum[:, m], w_sum, rtol=1e-12)

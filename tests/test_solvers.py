@@ -163,7 +163,8 @@ def test_the_step_does_not_depend_on_where_the_block_lies_in_memory(dtype, two_p
     estimator in the 14th digit in one run of twelve).
     """
     X, y = make_data(n=700, d=16, dtype=dtype)
-    population = Population((make_loss("pauc"), make_loss("auc", surrogate="logistic")), (0.3, 0.05), (False, True))
+    population = Population((make_loss("pauc"), make_loss("auc", surrogate="logistic")), (0.3, 0.05), (False, True),
+                            (False, True))
     reservoir = (X[y > 0][:40], y[y > 0][:40]) if two_pass else None
     ref, _ = run_epochs(SGDState.zeros(16, 2), X, y, population, buffer_size=100, reservoir=reservoir)
     assert not _unaligned(X, 3).flags.aligned

@@ -133,7 +133,7 @@ def _population(d, n, single=False):
 
     pop = TrainConfig.from_params(measure="prbep").resolve(n_features=d, n_rows=n, mean_sq_norm=10.0,
                                                           n_validation=100).population
-    return Population(pop.losses[:1], pop.etas[:1], pop.learn_b[:1]) if single else pop
+    return Population(pop.losses[:1], pop.etas[:1], pop.learn_b[:1], pop.constant[:1]) if single else pop
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

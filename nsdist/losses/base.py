@@ -28,6 +28,9 @@ class Loss(ABC):
 
     #: registry name, e.g. ``"pauc"``
     name: str = ""
+    #: the loss has a Lipschitz gradient in the scores (the selection steps such candidates with a
+    #: constant step; docs/solvers.md §Selection)
+    smooth: bool = False
 
     @abstractmethod
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:

@@ -65,6 +65,11 @@ class PartialAUCLoss(Loss):
     def params(self) -> dict:
         return {"beta": self.beta, "surrogate": self.surrogate}
 
+    @property
+    def smooth(self) -> bool:  # type: ignore[override]
+        """Every ``phi`` but the hinge is smooth (for ``beta < 1``, between changes of the top negatives)."""
+        return self.surrogate != "hinge"
+
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)
         dscore = np.zeros(s.shape[0])

@@ -26,6 +26,7 @@ class LogLoss(Loss):
     """Mean logistic loss ``log(1 + exp(-y s))`` of the scores (convex, smooth)."""
 
     name = "logloss"
+    smooth = True
 
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)

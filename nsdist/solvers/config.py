@@ -42,7 +42,7 @@ from .measure import get_measure, make_loss
 from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
-           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "DEFAULTS"]
+           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "DEFAULTS"]
 
 #: the solvers (docs/solvers.md)
 SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
@@ -59,6 +59,11 @@ RANKING_CANDIDATES = (("auc", {"surrogate": "squared_hinge"}), ("pauc", {"beta":
                       ("logloss", {}))
 #: ranking candidates beside the pairwise measures' own surrogates
 PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
+#: the losses trained with both step schedules where the fit chooses the step: the point-wise loss is
+#: the population's plain logistic regression, and averaged constant steps reach its optimum at rate
+#: O(1/e) within the loss's smoothness bound (Bach & Moulines 2013) while the decaying steps stay
+#: stable beyond it -- the upper step scales are beyond it on rows with heavy-tailed norms
+BOTH_SCHEDULES = ("logloss",)
 #: steps (epochs) of the default pass budget and of the check interval: successive halving judges
 #: a candidate's averaged iterate only once it averages ``CHECK_STEPS`` iterates or more, not its
 #: first few noisy steps (a round number, not tuned on any data set; ``docs/solvers.md`` §Selection)
@@ -96,6 +101,9 @@ class Candidate:
     learn_b : bool
         It learns an intercept (F1's own surrogate; the point-wise logloss, which is not
         invariant to a shift of the scores).
+    constant : bool
+        It steps ``eta`` at every epoch, not ``eta / sqrt(e)``: a population's candidates
+        with a smooth surrogate (:class:`~nsdist.solvers.kernel.Population`).
     """
 
     name: str
@@ -103,15 +111,28 @@ class Candidate:
     step_scale: float | None
     eta: float
     learn_b: bool
+    constant: bool = False
 
     def describe(self) -> dict:
         return {"name": self.name, "loss": self.loss.name, **self.loss.params(), "eta": self.eta,
-                "step_scale": self.step_scale}
+                "step_scale": self.step_scale, "schedule": "eta" if self.constant else "eta/sqrt(e)"}
 
 
 def loss_is_shift_invariant(loss: Loss) -> bool:
     """The loss depends on the scores' differences only (pairwise and structural ones), not on a shift."""
     return loss.name != "logloss"
+
+
+def _schedules(loss: Loss, *, chosen: bool) -> tuple[bool, ...]:
+    """The step schedules of a loss's candidates (True: constant ``eta``; False: ``eta / sqrt(e)``).
+
+    A given ``eta`` runs the paper's decaying steps.  Where the fit chooses the
+    step, a smooth loss steps a constant ``eta`` (its averaged iterate converges
+    at rate O(1/e), Bach & Moulines 2013), :data:`BOTH_SCHEDULES` both ways.
+    """
+    if not chosen or not loss.smooth:
+        return (False,)
+    return (True, False) if loss.name in BOTH_SCHEDULES else (True,)
 
 
 def _check_int(name: str, value, low: int, allow_none: bool = False) -> None:
@@ -287,13 +308,15 @@ class TrainConfig:
             else:
                 loss = losses.get(name, **params)
             label = name if (own and not measure.pairwise) or "surrogate" not in params else f"{name}/{params['surrogate']}"
-            for c in scales:
-                eta = float(self.eta) if c is None else c / float(mean_sq_norm)
-                tag = label if c is None else f"{label}@{c:g}"
-                # F1's own surrogate learns its threshold; the point-wise loss is not invariant to a
-                # shift of the scores, so without an intercept it spends w on the class prior
-                learn_b = (own and measure.thresholded) or not loss_is_shift_invariant(loss)
-                candidates.append(Candidate(tag, loss, c, eta, bool(learn_b and self.fit_intercept)))
+            # F1's own surrogate learns its threshold; the point-wise loss is not invariant to a
+            # shift of the scores, so without an intercept it spends w on the class prior
+            learn_b = bool(((own and measure.thresholded) or not loss_is_shift_invariant(loss)) and self.fit_intercept)
+            for constant in _schedules(loss, chosen=self.eta is None):
+                for c in scales:
+                    eta = float(self.eta) if c is None else c / float(mean_sq_norm)
+                    tag = (f"{label}/const" if constant and name in BOTH_SCHEDULES else label) + (
+                        "" if c is None else f"@{c:g}")
+                    candidates.append(Candidate(tag, loss, c, eta, learn_b, constant))
         steps_per_pass = max(1, math.ceil(n_rows / self.buffer_size))
         if self.n_passes is not None:
             passes = self.n_passes
@@ -310,7 +333,7 @@ class TrainConfig:
     def population(self) -> Population:
         """The candidates as the kernel's :class:`~nsdist.solvers.kernel.Population`."""
         return Population(tuple(c.loss for c in self.candidates), tuple(c.eta for c in self.candidates),
-                          tuple(c.learn_b for c in self.candidates))
+                          tuple(c.learn_b for c in self.candidates), tuple(c.constant for c in self.candidates))
 
     def scaling_for(self, X) -> Scaling | None:
         """The feature scaling of a run trained on the rows ``X`` (None: ``standardize=False``)."""

@@ -4,7 +4,9 @@ Algorithm 1 of the seed (1PMB), line 5, for epoch ``e = 1, 2, ...``::
 
     w_{e+1} = Proj_W( w_e - (eta / sqrt(e)) * grad l(buffer_e, w_e) )
 
-and the returned model is the average of the iterates ``w_1 .. w_e``.
+and the returned model is the average of the iterates ``w_1 .. w_e``.  A
+population's candidates with a smooth surrogate step a constant ``eta`` instead
+(averaged SGD with a constant step, Bach & Moulines 2013; :class:`Population`).
 :func:`run_epochs` applies that step to every epoch buffer of one block of
 rows, for ``M`` candidate models at once (a :class:`Population`: each column
 of ``W`` has its own surrogate ``l_m`` and step scale ``eta_m``).  Per buffer
@@ -37,34 +39,41 @@ EPOCH_STATS = np.dtype(
 
 @dataclass(frozen=True)
 class Population:
-    """The candidates trained together: per column ``m`` of ``W``, a loss, a step scale, an intercept flag.
+    """The candidates trained together: per column ``m`` of ``W``, a loss, a step, an intercept flag.
 
     Attributes
     ----------
     losses : tuple of Loss
         ``l_m``, the surrogate of candidate ``m``.
     etas : tuple of float
-        ``eta_m``: candidate ``m`` steps ``eta_m / sqrt(e)``.
+        ``eta_m``: candidate ``m``'s step scale.
     learn_b : tuple of bool
         Candidate ``m`` learns an intercept (F1's own surrogate).
+    constant : tuple of bool
+        Candidate ``m`` steps ``eta_m`` at every epoch; the others step
+        ``eta_m / sqrt(e)`` (Algorithm 1).  With a smooth loss the average of
+        constant-step iterates converges at rate O(1/e) (Bach & Moulines 2013),
+        where the decaying step of a non-smooth surrogate's analysis leaves the
+        average dominated by its early iterates.
     """
 
     losses: tuple[Loss, ...]
     etas: tuple[float, ...]
     learn_b: tuple[bool, ...]
+    constant: tuple[bool, ...]
 
     @classmethod
     def single(cls, loss: Loss, eta: float, fit_intercept: bool = False) -> "Population":
-        """A population of one (explicit parameters: today's single model)."""
-        return cls((loss,), (float(eta),), (bool(fit_intercept),))
+        """A population of one (explicit parameters: the paper's model, ``eta / sqrt(e)`` steps)."""
+        return cls((loss,), (float(eta),), (bool(fit_intercept),), (False,))
 
     def __len__(self) -> int:
         return len(self.losses)
 
     def token(self) -> tuple:
         """Plain data that identifies the population (for task keys and checkpoints)."""
-        return tuple((type(l).__name__, tuple(sorted(l.params().items())), e, b)
-                     for l, e, b in zip(self.losses, self.etas, self.learn_b))
+        return tuple((type(l).__name__, tuple(sorted(l.params().items())), e, b, c)
+                     for l, e, b, c in zip(self.losses, self.etas, self.learn_b, self.constant))
 
 
 @dataclass
@@ -226,13 +235,15 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     losses: Sequence[Loss] = [population.losses[c] for c in cols]
     etas = np.asarray(population.etas, dtype=np.float64)[cols]
     learn_b = np.asarray(population.learn_b, dtype=bool)[cols]
+    constant = np.asarray(population.constant, dtype=bool)[cols]
     slices = epoch_slices(X.shape[0], buffer_size)
     stats = np.zeros(len(slices), dtype=EPOCH_STATS)
     # dense updates cost O(d M) an epoch, lazy ones O(nnz M) (nsdist/solvers/lazy.py)
     lazy = use_lazy(X, cols.size, buffer_size, radius)
     weights = (LazyWeights if lazy else _DenseWeights)(st, cols, radius)
     with np.errstate(over="ignore", invalid="ignore"):   # a diverging candidate goes non-finite: the
-        b = _epochs(st, X, y, slices, stats, weights, st.b[cols], losses, etas, learn_b, cols, reservoir)
+        b = _epochs(st, X, y, slices, stats, weights, st.b[cols], losses, etas, learn_b, constant, cols,
+                    reservoir)
     weights.finish()                                      # selection drops it at its next check
     st.b[cols] = b
     return st, stats
@@ -270,7 +281,7 @@ def _loss_groups(losses: Sequence[Loss]) -> list[tuple[Loss, np.ndarray]]:
     return [(first[key], np.asarray(idx, dtype=np.intp)) for key, idx in groups.items()]
 
 
-def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, reservoir):
+def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant, cols, reservoir):
     """The loop of :func:`run_epochs`; returns the intercepts."""
     groups = _loss_groups(losses)
     for i, sl in enumerate(slices):
@@ -294,7 +305,7 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, cols, re
             else:
                 values[idx], dS[:, idx] = loss.value_and_dscore_many(S[:, idx], ye)
         st.epoch += 1
-        step = etas / np.sqrt(st.epoch)
+        step = np.where(constant, etas, etas / np.sqrt(st.epoch))
         weights.step(Xe, dS, step)
         b = b - np.where(learn_b, step * dS.sum(axis=0), 0.0)
         st.b_sum[cols] += b
