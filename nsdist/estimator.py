@@ -23,7 +23,7 @@ from .solvers.ftrl import FTRL, ftrl
 from .solvers.history import History, HistoryRecord, Recorder, Validate
 from .solvers.kernel import SGDState
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
-from .solvers.plan import Holdout, block_rows, schedule
+from .solvers.plan import Holdout, block_rows, schedule, stream_order, training_rows
 from .solvers.psg import psg
 from .solvers.select import Selection
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
@@ -303,7 +303,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
         if len(cfg.candidates) == 1:
             self.eta_ = cfg.candidates[0].eta
-        train = ids if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
+        train = training_rows(y, ids, holdout=holdout)
         reservoir, stream = None, None
         if cfg.solver == "2pmb":
             if np.unique(y[train]).shape[0] < 2:
@@ -311,8 +311,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             stream = -rare_label(y[train])
             reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X)).offer(
                 X[train], y[train], train, cfg.random_state)
-        # one block: every pass visits block 0, shuffled or not (the rows are shuffled by block_rows);
+        # one block: every pass visits block 0, shuffled or not (the rows are shuffled by stream_order);
         # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
+        streamed = training_rows(y, ids, holdout=holdout, stream_label=stream)      # the same rows every pass
         steps, checks = schedule([X.shape[0]], cfg.passes, random_state=cfg.random_state, shuffle=False,
                                  check_rows=cfg.check_rows)
         population = cfg.population
@@ -324,8 +325,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
         def run(state: SGDState, first: int, stop: int) -> SGDState:
             for s in steps[first:stop]:
-                rows = block_rows(y, ids, pass_index=s.pass_index, block=0, random_state=cfg.random_state,
-                                  shuffle=cfg.shuffle, holdout=holdout, stream_label=stream)
+                rows = stream_order(streamed, pass_index=s.pass_index, block=0, random_state=cfg.random_state,
+                                    shuffle=cfg.shuffle)
                 state = self._run_rows(state, X, y, rows, cfg, recorder if record_epochs else None,
                                        reservoir, last_loss)
             return state

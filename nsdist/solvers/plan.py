@@ -39,7 +39,7 @@ import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "block_rows", "Step", "Steps", "schedule", "rounds"]
+__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps", "schedule", "rounds"]
 
 _NONE = np.uint64(0)
 
@@ -121,9 +121,9 @@ class Holdout:
                 "n_pos": self.n_pos, "n_neg": self.n_neg}
 
 
-def block_rows(y: np.ndarray, row_ids: np.ndarray, *, pass_index: int, block: int, random_state: int,
-               shuffle: bool, holdout: Holdout | None = None, stream_label: int | None = None) -> np.ndarray:
-    """Indices of a block's training rows, in the stream order of pass ``pass_index``.
+def training_rows(y: np.ndarray, row_ids: np.ndarray, *, holdout: Holdout | None = None,
+                  stream_label: int | None = None) -> np.ndarray:
+    """Indices of a block's training rows, in file order (the same in every pass).
 
     Parameters
     ----------
@@ -141,8 +141,23 @@ def block_rows(y: np.ndarray, row_ids: np.ndarray, *, pass_index: int, block: in
         keep &= ~holdout.mask(y, row_ids)
     if stream_label is not None:
         keep &= y == stream_label
-    rows = np.flatnonzero(keep)
+    return np.flatnonzero(keep)
+
+
+def stream_order(rows: np.ndarray, *, pass_index: int, block: int, random_state: int, shuffle: bool) -> np.ndarray:
+    """A block's :func:`training_rows` in the stream order of pass ``pass_index``."""
     return rows[row_order(random_state, pass_index, block, rows.shape[0], shuffle)]
+
+
+def block_rows(y: np.ndarray, row_ids: np.ndarray, *, pass_index: int, block: int, random_state: int,
+               shuffle: bool, holdout: Holdout | None = None, stream_label: int | None = None) -> np.ndarray:
+    """Indices of a block's training rows, in the stream order of pass ``pass_index``.
+
+    :func:`stream_order` of :func:`training_rows` (a driver that visits a block
+    in many passes computes the training rows once).
+    """
+    return stream_order(training_rows(y, row_ids, holdout=holdout, stream_label=stream_label),
+                        pass_index=pass_index, block=block, random_state=random_state, shuffle=shuffle)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..losses.base import Loss
 from .history import History, Recorder, Validate
 from .kernel import Population, SGDState, epoch_slices, run_epochs
 from .order import reservoir_keys, top_k_indices
-from .plan import Holdout, Step, block_rows, schedule
+from .plan import Holdout, Step, schedule, stream_order, training_rows
 
 __all__ = ["SGDResult", "Reservoir", "rare_label", "one_pass_mb", "two_pass_mb", "run_block", "drive",
            "Segment"]
@@ -236,14 +236,15 @@ def _fixed(X, y: np.ndarray, loss: Loss, *, two_pass: bool, buffer_size: int, et
         stream = -rare_label(y)
         reservoir = Reservoir.empty(-stream, buffer_size, X.shape[1], X.dtype, hasattr(X, "tocsr")).offer(
             X, y, ids, random_state)
-    # one block: block 0 every pass, shuffled or not (block_rows shuffles the rows)
+    # one block: block 0 every pass, shuffled or not (stream_order shuffles the rows)
     steps, checks = schedule([X.shape[0]], n_passes, random_state=random_state, shuffle=False, check_rows=None)
     recorder = Recorder(validate)
+    streamed = training_rows(y, ids, stream_label=stream)
 
     def run(st: SGDState, first: int, stop: int) -> SGDState:
         for s in steps[first:stop]:
-            rows = block_rows(y, ids, pass_index=s.pass_index, block=0, random_state=random_state,
-                              shuffle=shuffle, stream_label=stream)
+            rows = stream_order(streamed, pass_index=s.pass_index, block=0, random_state=random_state,
+                                shuffle=shuffle)
             st, _ = run_block(st, X, y, rows, population, buffer_size=buffer_size, radius=radius,
                               recorder=recorder, model=lambda z: z.model(0, average), reservoir=reservoir)
         return st
