@@ -39,7 +39,8 @@ import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps", "schedule", "rounds"]
+__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps",
+           "schedule", "rounds"]
 
 _NONE = np.uint64(0)
 
