@@ -244,7 +244,8 @@ def run_split(name: str, seed: int, measures: tuple[str, ...], cp_cap: float) ->
             "selected": chosen[0] if chosen else None,
             "selected_validation": next((c["validation"] for c in sel if c["selected"]), None),
             "n_candidates": len(sel), "checks": len(est.validation_curve_),
-            "selection": [{k: c.get(k) for k in ("name", "step_scale", "validation", "steps", "dropped_at_check",
+            "selection": [{k: c.get(k) for k in ("name", "step_scale", "validation", "steps", "steps_trained",
+                                                  "cost_share", "dropped_at_check",
                                                   "reason", "selected")} for c in sel],
         }
         fi = learns_intercept(m)
@@ -309,8 +310,25 @@ def summarise(runs: dict) -> dict:
                 "selected_validation_mean": float(100 * np.mean([r["selected_validation"] for r in recs["nsdist"]
                                                                  if r["selected_validation"] is not None])),
                 "holdout_positives": round(0.1 * splits[0]["n_train"] * splits[0]["pos_rate"]),
+                "cost": _family_cost(recs["nsdist"]),
             }
     return cells
+
+
+def _family_cost(records: list[dict]) -> dict[str, float] | None:
+    """Median over splits of each candidate family's seconds (``fit seconds x cost_share`` summed over its
+    step scales; the family is the name before ``@``), most expensive first; None for runs that predate
+    ``cost_share``."""
+    if any("cost_share" not in c for r in records for c in r["selection"]):
+        return None
+    per_split = []
+    for r in records:
+        fam: dict[str, float] = collections.defaultdict(float)
+        for c in r["selection"]:
+            fam[c["name"].split("@")[0]] += r["seconds"] * c["cost_share"]
+        per_split.append(fam)
+    med = {f: float(np.median([s.get(f, 0.0) for s in per_split])) for f in per_split[0]}
+    return dict(sorted(med.items(), key=lambda kv: -kv[1]))
 
 
 def _pm(st: dict) -> str:
@@ -418,6 +436,19 @@ def selection_table(cells: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cost_table(cells: dict) -> str:
+    """Each candidate family's part of the default fit (median seconds over splits)."""
+    rows = [c for c in cells.values() if c.get("cost")]
+    if not rows:
+        return "(not recorded by this run)\n"
+    lines = ["| data | measure | fit s (median) | candidate families, seconds (share of the fit) |", "|---|---|---|---|"]
+    for c in rows:
+        total = sum(c["cost"].values()) or 1.0
+        fams = ", ".join(f"{f} {s:.3f} ({s / total:.0%})" for f, s in c["cost"].items())
+        lines.append(f"| {c['data']} | {MEASURE_TITLE[c['measure']]} | {c['nsdist_seconds']:.2f} | {fams} |")
+    return "\n".join(lines) + "\n"
+
+
 def report(cells: dict, meta: dict) -> str:
     t = targets(cells)
     n = t["cells"]
@@ -472,6 +503,10 @@ def report(cells: dict, meta: dict) -> str:
         "Plain LR is fitted once per split (the same model serves the three measures); nsdist once per measure. "
         "Timings come from processes sharing 2 cores with other jobs (load average above), so they are noisy.\n\n"
         + timing_table(cells) + timing_check_text(meta.get("timing_check")) +
+        "\n## What each candidate costs\n\n"
+        "A fit's seconds split over its candidates by `selection_`'s `cost_share` (the steps each was alive for, "
+        "over all candidates' steps: every live candidate costs a step about the same), summed over the step "
+        "scales of a family (`/const`: constant steps).\n\n" + cost_table(cells) +
         "\n## Selection (from `selection_`)\n\n" + selection_table(cells) +
         "\n## Where a target is missed, and anything odd\n\n" + notes(cells) +
         "\n## Reproduce\n\n```\n"

@@ -105,6 +105,14 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
     assert all(r["dropped_at_check"] for r in a.selection_ if not r["selected"] and r["reason"])
+    # each candidate's cost: the steps it was alive for, from the state's step counter at each check
+    epochs = {p["check"]: p["epoch"] for p in a.validation_curve_}
+    for r in a.selection_:
+        alive_until = epochs[r["dropped_at_check"]] if r["dropped_at_check"] else a._state.epoch
+        assert r["steps_trained"] == alive_until >= r["steps"]
+    total = sum(r["steps_trained"] for r in a.selection_)
+    assert sum(r["cost_share"] for r in a.selection_) == pytest.approx(1.0)
+    assert all(r["cost_share"] == r["steps_trained"] / total for r in a.selection_)
 
 
 def _selection_cfg(**kw) -> TrainConfig:

@@ -192,13 +192,20 @@ class Selection:
         return w, b
 
     def report(self, cfg: TrainConfig) -> list[dict]:
-        """Per candidate: its description, best validation value, steps at the snapshot, drop check and reason."""
+        """Per candidate: its description, best validation value, steps at the snapshot, drop check and
+        reason, and its cost: ``steps_trained`` (the steps it was alive for) and ``cost_share``, its
+        part of all candidates' steps -- each step costs every live candidate about the same (one
+        column of ``X @ W`` and ``X.T @ dS``, one surrogate evaluation), so a fit's time splits so."""
         win = self.winner() if np.isfinite(self.value).any() else -1
+        epochs = [p["epoch"] for p in self.curve]
+        trained = [epochs[d - 1] if d else (epochs[-1] if epochs else 0) for d in self.dropped]
+        total = sum(trained)
         rows = []
         for m, c in enumerate(cfg.candidates):
             rows.append({**c.describe(), "validation": float(self.value[m]) if np.isfinite(self.value[m]) else None,
                          "steps": int(self.at_epoch[m]), "dropped_at_check": int(self.dropped[m]) or None,
-                         "reason": self.reason[m] or None, "selected": m == win})
+                         "reason": self.reason[m] or None, "selected": m == win,
+                         "steps_trained": int(trained[m]), "cost_share": trained[m] / total if total else 0.0})
         return rows
 
     def to_dict(self) -> dict:
