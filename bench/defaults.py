@@ -505,8 +505,10 @@ def report(cells: dict, meta: dict) -> str:
         + timing_table(cells) + timing_check_text(meta.get("timing_check")) +
         "\n## What each candidate costs\n\n"
         "A fit's seconds split over its candidates by `selection_`'s `cost_share` (the steps each was alive for, "
-        "over all candidates' steps: every live candidate costs a step about the same), summed over the step "
-        "scales of a family (`/const`: constant steps).\n\n" + cost_table(cells) +
+        "over all candidates' steps), summed over the step scales of a family (`/const`: constant steps). Each "
+        "live candidate costs a step one column of `X @ W` and of `X.T @ dS`, so the split is exact for the "
+        "products; the surrogates' own costs differ (the logistic pair sum is O(n+ m) a buffer, the others "
+        "O(n log n)), so it is approximate for them.\n\n" + cost_table(cells) +
         "\n## Selection (from `selection_`)\n\n" + selection_table(cells) +
         "\n## Where a target is missed, and anything odd\n\n" + notes(cells) +
         "\n## Reproduce\n\n```\n"

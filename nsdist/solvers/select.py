@@ -194,8 +194,9 @@ class Selection:
     def report(self, cfg: TrainConfig) -> list[dict]:
         """Per candidate: its description, best validation value, steps at the snapshot, drop check and
         reason, and its cost: ``steps_trained`` (the steps it was alive for) and ``cost_share``, its
-        part of all candidates' steps -- each step costs every live candidate about the same (one
-        column of ``X @ W`` and ``X.T @ dS``, one surrogate evaluation), so a fit's time splits so."""
+        part of all candidates' steps.  A step costs each live candidate one column of ``X @ W`` and
+        of ``X.T @ dS`` and one surrogate evaluation (whose cost differs by surrogate), so the share
+        splits a fit's time exactly for the products and approximately for the surrogates."""
         win = self.winner() if np.isfinite(self.value).any() else -1
         epochs = [p["epoch"] for p in self.curve]
         trained = [epochs[d - 1] if d else (epochs[-1] if epochs else 0) for d in self.dropped]
