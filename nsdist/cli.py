@@ -328,13 +328,15 @@ def plural(n: int, noun: str) -> str:
 def _cmd_train(args) -> int:
     job = train_job(args)            # a bad job exits 2 before the training code is even imported
     from .report import measures_table
-    from .run import run_train
+    from .run import run_train, selection_summary
 
     result = run_train(job, resume=args.resume, progress=not args.no_progress)
     evaluation = result.metrics["evaluation"]
     print(measures_table({f"nsdist {result.model.params['solver']}": evaluation}))
     print(f"\n{evaluation['data']} data: {plural(evaluation['n_rows'], 'row')}, "
           f"{plural(evaluation['n_positives'], 'positive')}; trained in {result.metrics['training']['seconds']:.1f} s")
+    if "selection" in result.metrics:
+        print(f"selected {selection_summary(result.metrics['selection']['candidates'])}")
     print(f"run directory: {job.output.dir} (model/, metrics.json, learning_curve.png, run.log)")
     return 0
 

@@ -297,6 +297,25 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     return model
 
 
+def selection_ranking(candidates: list[dict]) -> list[str]:
+    """The candidates' names by validation value, best first (never scored: last; ties: table order)."""
+    order = sorted(range(len(candidates)), key=lambda i: (candidates[i]["validation"] is None,
+                                                          -(candidates[i]["validation"] or 0.0), i))
+    return [candidates[i]["name"] for i in order]
+
+
+def selection_summary(candidates: list[dict]) -> str:
+    """``"<winner> (validation v, s steps) over the runner-up <name> (v)"`` for logs and the CLI."""
+    by_name = {c["name"]: c for c in candidates}
+    ranked = [by_name[n] for n in selection_ranking(candidates)]
+    win = next(c for c in candidates if c["selected"])
+    text = f"{win['name']} (validation {win['validation']:.4f}, snapshot at step {win['steps']})"
+    runner = next((c for c in ranked if not c["selected"] and c["validation"] is not None), None)
+    if runner is not None:
+        text += f"; runner-up {runner['name']} ({runner['validation']:.4f})"
+    return text + f"; {len(candidates)} candidates"
+
+
 def train_options(job: TrainJob) -> dict:
     """The keyword arguments of :func:`nsdist.train` that a job fixes: the model it asks for.
 
@@ -326,6 +345,10 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
                   "n_features": model.n_features, "version": model.version, "created": model.created},
         "cluster": where,
     }
+    if h.get("selection"):
+        metrics["selection"] = {"selected": h["selected"], "ranked": selection_ranking(h["selection"]),
+                                "candidates": h["selection"], "validation_curve": h.get("validation_curve")}
+        log.info("selection: %s", selection_summary(h["selection"]))
     run.write_json("metrics.json", metrics)
     log.info("metrics on the %s data: %s", role, ", ".join(f"{k}={measures[k]:.4f}" for k in MEASURE_KEYS.values()))
     if h.get("curve"):

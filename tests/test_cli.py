@@ -309,3 +309,25 @@ def test_ingest_connects_like_every_entry_point(tmp_path, monkeypatch):
         ingest(str(src), str(tmp_path / "d"))
     assert not (tmp_path / "d").exists()
 
+
+
+def test_train_with_the_defaults_reports_the_selection(run, env):
+    """Issue #10 item 4: metrics.json lists every candidate (validation value, steps, when dropped, cost) and
+    the CLI prints the winner and the runner-up."""
+    out = run["tmp"] / "defaults"
+    proc = ok(nsdist("train", run["data"], "--measure", "f1", "--holdout", 0.3, "--set", "solver.max_passes=2",
+                     "--out", out, env=env))
+    sel = json.loads((out / "metrics.json").read_text())["selection"]
+    names = [c["name"] for c in sel["candidates"]]
+    assert sorted(sel["ranked"]) == sorted(names) and len(names) == 25
+    winner = next(c for c in sel["candidates"] if c["selected"])
+    assert sel["selected"] == winner["name"] == sel["ranked"][0]
+    scored = [c for c in sel["candidates"] if c["validation"] is not None]
+    assert winner["validation"] == max(c["validation"] for c in scored)
+    runner = next(c for c in scored if c["name"] == sel["ranked"][1])
+    assert runner["validation"] <= winner["validation"]
+    assert sum(c["cost_share"] for c in sel["candidates"]) == pytest.approx(1.0)
+    assert all(c["dropped_at_check"] is None or c["dropped_at_check"] >= 1 for c in sel["candidates"])
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("selected "))
+    assert line.startswith(f"selected {winner['name']} (validation {winner['validation']:.4f}")
+    assert f"runner-up {runner['name']} ({runner['validation']:.4f})" in line
