@@ -303,10 +303,15 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "candidate; `nsdist/solvers/lazy.py`: scores `X_e @ W` reading only the entries' weights, the gradient only "
            "on the rows with a non-zero dS, the averaged-iterate sum kept lazily and added once per block; no "
            "`np.unique`), epoch buffers are CSR views instead of copies, and partitions are read into CSR from the "
-           "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`). Since the previous "
-           "numbers (9c9e978, fbddbf3): epoch buffers are true views (scipy's constructor had copied the slices), a "
-           "lazy step gathers its rows' entries itself (no scipy row selection) and adds (1 - t) Delta_t to W_sum as it "
-           "goes (no d x M scratch); the read's finite check sums float32 values in float32.")
+           "list offsets and Arrow's buffers with vectorised checks (`nsdist/data/layout.py`); then (9c9e978, fbddbf3) "
+           "epoch buffers became true views (scipy's constructor had copied the slices), a lazy step gathers its rows' "
+           "entries itself (no scipy row selection) and adds (1 - t) Delta_t to W_sum as it goes (no d x M scratch), and "
+           "the read's finite check sums float32 values in float32. Since the previous numbers (the engine only, issues "
+           "11/12): the driver no longer fetches the 16 MB d x M state after every step, only the epoch statistics "
+           "(`nsdist.engine.chain.GATHER_BYTES`); the first step's state is scattered to the worker of the first load "
+           "instead of travelling inside the graph; the sample for the cut is read while the chain's last steps run "
+           "(not before the chain) and its CSR blocks are scored where they were read (no concatenation on one "
+           "worker); a fresh worker's first read no longer imports pandas (Arrow's to_numpy did: ~0.25 s).")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 

@@ -238,7 +238,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
 
     curve: list[dict] = []
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
-                           elapsed_offset=offset)
+                           elapsed_offset=offset, on_loads_done=None if sample is None else sample.prefetch)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None

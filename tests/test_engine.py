@@ -188,12 +188,19 @@ def test_evaluate_refuses_other_schema(cluster, letter_parquet):
         evaluate(model, url, client=cluster)
 
 
-def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter):
+@pytest.mark.parametrize("gather_bytes", [None, 0], ids=["state-gathered", "state-left-on-cluster"])
+def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter, gather_bytes, monkeypatch):
+    """``gather_bytes=0``: as for a wide model, the driver fetches a step's state only for a checkpoint
+    (``ChainProgress.state``) and at a segment's end (nsdist.engine.chain.GATHER_BYTES)."""
+    import nsdist.engine.chain as chain
+
     X, y = letter
     url = write_parquet(tmp_path / "ck", X, y, rows_per_file=2000)      # 10 partitions
     ckpt = tmp_path / "ckpt.json"
     params = dict(measure="pauc", solver="2pmb", n_passes=2, random_state=2)
     full = train(url, client=cluster, **params)
+    if gather_bytes is not None:
+        monkeypatch.setattr(chain, "GATHER_BYTES", gather_bytes)
     snapshot = tmp_path / "mid.json"
 
     def keep_midway(p):
@@ -206,6 +213,7 @@ def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter)
     resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **params)
     np.testing.assert_array_equal(resumed.coef, full.coef)
     assert resumed.intercept == full.intercept
+    assert resumed.history["epochs"] == full.history["epochs"]
     with pytest.raises(ValueError, match="other training parameters"):
         train(url, client=cluster, checkpoint=str(ckpt), resume=True, **{**params, "random_state": 9})
 
@@ -300,13 +308,52 @@ def test_fixed_run_sample_lost_is_read_again(cluster, letter_parquet):
     parts = sample_partitions(ds, 0, 200_000)
     assert parts == list(range(len(ds.partitions)))          # a small dataset: the whole of it, in file order
     sample = WorkerSample(cluster, ds, parts, dtype="float64")
-    cluster.cancel(sample.future)                            # as if its worker died
-    n, mean, m2 = sample.moments()
+    assert sample.futures == []                              # read when first needed
     ref = row_moments(X.astype(np.float64))
-    assert n == ref[0]
-    np.testing.assert_array_equal(mean, ref[1])
-    np.testing.assert_array_equal(m2, ref[2])
+    for _ in range(2):
+        n, mean, m2 = sample.moments()
+        assert n == ref[0]
+        np.testing.assert_array_equal(mean, ref[1])
+        np.testing.assert_array_equal(m2, ref[2])
+        cluster.cancel(sample.futures)                       # as if its worker died
     w = np.linspace(-1, 1, X.shape[1])
-    cluster.cancel(sample.future)
     assert sample.cut(w, None, "pauc", None) == cut_intercept("pauc", y, np.asarray(X @ w, dtype=np.float64))
+    sample.release()
+    assert sample.futures == []
+
+
+@pytest.mark.parametrize("measure, k", [("pauc", None), ("prec@k", 0.05)])
+def test_sparse_sample_cut_is_the_cut_of_the_stacked_rows(cluster, tmp_path, measure, k):
+    """CSR sample blocks are scored where they lie (no concatenation): the cut is the one of the product over
+    the stacked rows, to the bit; read again when lost."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    from nsdist import ingest
+    from nsdist.engine.holdout import WorkerSample
+    from nsdist.solvers.measure import cut_intercept
+    from nsdist.solvers.scaling import Scaling
+
+    rng = np.random.default_rng(5)
+    X = sp.random(900, 70, density=0.1, format="csr", random_state=5, dtype=np.float64)
+    X.data = rng.normal(size=X.nnz) * 3
+    y = np.where(rng.random(900) < 0.1, 1, -1)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"), zero_based=False)
+    url = str(ingest(str(tmp_path / "d.svm"), str(tmp_path / "d"), format="svmlight", layout="sparse",
+                     n_features=70, rows_per_partition=300, shuffle=False, client=cluster).url)
+    ds = open_dataset(url)
+    assert len(ds.partitions) == 3
+    parts = [0, 2]
+    blocks = [ds.read_partition(p, dtype="float32") for p in parts]
+    Xs = sp.vstack([b[0] for b in blocks], format="csr")
+    ys = np.concatenate([b[1] for b in blocks])
+    w = rng.normal(size=70)
+    scaling = Scaling(mean=np.zeros(70), scale=rng.uniform(0.5, 2, size=70), centered=False)
+    sample = WorkerSample(cluster, ds, parts, dtype="float32")
+    for sc in (None, scaling):
+        rows = Xs if sc is None else sc.apply(Xs.copy())
+        ref = cut_intercept(measure, ys, np.asarray(rows @ w.astype(np.float32), dtype=np.float64), k=k)
+        assert sample.cut(w, sc, measure, k) == ref
+        cluster.cancel(sample.futures)                       # lost: read again, the same cut
+        assert sample.cut(w, sc, measure, k) == ref
     sample.release()

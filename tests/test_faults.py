@@ -63,13 +63,21 @@ def assert_same_model(a, b) -> None:
 
 
 # ------------------------------------------------------------------------ workers
-@pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
-def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes, letter_20, solver, reliability):
+@pytest.mark.parametrize("solver, gather_bytes", [("1pmb", None), ("2pmb", None), ("1pmb", 0)],
+                         ids=["1pmb", "2pmb", "1pmb-state-left-on-cluster"])
+def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes, letter_20, solver, gather_bytes,
+                                                                 reliability, monkeypatch):
     """Two of three workers are SIGKILLed during training (the one running the next step each
-    time); the job finishes on the last worker with the undisturbed run's model, bit for bit."""
+    time); the job finishes on the last worker with the undisturbed run's model, bit for bit.
+    ``gather_bytes=0``: the driver fetches only the steps' statistics, as it does for a wide model
+    (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start."""
+    import nsdist.engine.chain as chain
+
     params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7)
     with dask_processes(3) as cluster, cluster.client() as client:
         reference = train(letter_20, client=client, **params)
+        if gather_bytes is not None:
+            monkeypatch.setattr(chain, "GATHER_BYTES", gather_bytes)
         kills: list[tuple[int, str, int]] = []
 
         def kill_at(p) -> None:

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 
 from nsdist._names import NameRange, names_from_json, names_to_json
 from nsdist._validation import as_pm1_labels
+from nsdist.data.dense import column_numpy
 
 __all__ = ["FeatureSchema"]
 
@@ -219,7 +220,7 @@ class FeatureSchema:
             row = _first(column.is_null().to_numpy(zero_copy_only=False))
             raise ValueError(f"{where}: row {row}: label column {self.label!r} is missing (null)")
         try:
-            return as_pm1_labels(column.to_numpy(), name=self.label)
+            return as_pm1_labels(column_numpy(column), name=self.label)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 

@@ -13,9 +13,11 @@ the dataset is.  It runs the plan segment by segment (:meth:`PartitionChain.run`
 ``steps[first:stop]``): between two segments the selection scores the
 candidates (:func:`nsdist.solvers.sgd.drive`).  It gathers each ``state_i``
 (``d x M`` floats and the per-epoch statistics) as it completes, for the
-history, the progress bar and the checkpoints; a lost or failed step is redone
-from the last gathered state, which gives the same model because every step is
-a pure function of its inputs.
+history, the progress bar and the checkpoints -- for a wide state (at least
+:data:`GATHER_BYTES`) only the statistics, the state itself at the segment's
+end or when asked for; a lost or failed step is redone from the last gathered
+state, which gives the same model because every step is a pure function of its
+inputs.
 """
 from __future__ import annotations
 
@@ -89,6 +91,12 @@ def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: Chain
                       radius=cfg.config.radius, reservoir=None if reservoir is None else (reservoir.X, reservoir.y))
 
 
+def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
+    """What the driver reports of a step whose state it does not fetch: its epoch statistics and rows seen."""
+    state, stats = result
+    return stats, state.rows_seen
+
+
 def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray]
               ) -> tuple[SGDState, np.ndarray]:
     """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order."""
@@ -96,18 +104,39 @@ def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SG
     return mix_states(start, [r[0] for r in results]), np.concatenate([r[1] for r in results])
 
 
-@dataclass
 class ChainProgress:
-    """What the driver reports after each completed step."""
+    """What the driver reports after each completed step.
 
-    step: int
-    n_steps: int
-    pass_index: int
-    partition: int
-    rows_seen: int
-    loss: float
-    elapsed: float
-    state: SGDState
+    Attributes: ``step`` (1-based), ``n_steps``, ``pass_index``, ``partition``,
+    ``rows_seen``, ``loss`` (mean over the step's epochs), ``elapsed`` and
+    ``state`` (the :class:`SGDState` after the step).  A wide model's state
+    (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read.
+    """
+
+    __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "_state", "_future")
+
+    def __init__(self, step: int, n_steps: int, pass_index: int, partition: int, rows_seen: int, loss: float,
+                 elapsed: float, state: SGDState | None = None, future: Future | None = None) -> None:
+        self.step, self.n_steps, self.pass_index, self.partition = step, n_steps, pass_index, partition
+        self.rows_seen, self.loss, self.elapsed = rows_seen, loss, elapsed
+        self._state, self._future = state, future
+
+    @property
+    def state(self) -> SGDState | None:
+        if self._state is None and self._future is not None:
+            self._state = self._future.result()[0]
+        return self._state
+
+    def __repr__(self) -> str:
+        return (f"ChainProgress(step={self.step}, n_steps={self.n_steps}, pass_index={self.pass_index}, "
+                f"partition={self.partition}, rows_seen={self.rows_seen}, loss={self.loss}, elapsed={self.elapsed})")
+
+
+# A state of at least this many bytes (iterates and their sums) is not fetched by the driver after every
+# step, only its statistics: at d = 2^20 the 16 MB fetch cost the workers about 8% of a one-pass job
+# (bench/results/sparse.md).  It is fetched at a segment's end, for a checkpoint, and when an on_step
+# callback reads ``ChainProgress.state``.
+GATHER_BYTES = 1 << 20
 
 
 @dataclass
@@ -137,6 +166,16 @@ class PartitionChain:
     max_restarts : int
         How many times a failed step (lost worker, ...) is redone from the last
         gathered state before the error is raised.
+    on_loads_done : callable, optional
+        Called once, when the last partition of the plan has been submitted:
+        work that can fill the workers' idle time during the last steps (the
+        sample of a fixed run's cut, :meth:`~nsdist.engine.holdout.WorkerSample.prefetch`).
+    gather_bytes : int, optional
+        States whose ``W`` and ``W_sum`` take at least this many bytes (default
+        :data:`GATHER_BYTES`) are fetched by the driver only at the end of a
+        segment (and when ``ChainProgress.state`` is read); after the other
+        steps only their statistics come back, and a failure redoes the
+        segment's steps from its start (the same numbers).
     """
 
     client: Client
@@ -148,6 +187,8 @@ class PartitionChain:
     prefetch: int = 2
     on_step: Callable[["ChainProgress"], None] | None = None
     max_restarts: int = 3
+    gather_bytes: int | None = None
+    on_loads_done: Callable[[], None] | None = None
     stats: list[np.ndarray] = field(default_factory=list)
     elapsed_offset: float = 0.0
 
@@ -162,14 +203,17 @@ class PartitionChain:
         """Run ``steps[first:stop]`` from ``state``; return the state after the last one."""
         restarts, failed_at = 0, None
         self._pos, self._state, self._stop = first, state, stop
+        self._reported = first               # steps reported (statistics kept, on_step called) so far
+        limit = GATHER_BYTES if self.gather_bytes is None else self.gather_bytes
+        self._gather = state.W.nbytes + state.W_sum.nbytes < limit
         if self.reservoir is not None and self._res_future is None:
             self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         while self._pos < stop:
             try:
                 self._run_from()
             except Exception as exc:  # a lost worker, a cancelled future, a dropped connection
-                if failed_at != self._pos:      # a step that has not failed before: its own count
-                    restarts, failed_at = 0, self._pos
+                if failed_at != self._reported:     # progress since the last failure: a count of its own
+                    restarts, failed_at = 0, self._reported
                 if not _is_transient(exc) or restarts >= self.max_restarts:
                     raise
                 restarts += 1
@@ -194,8 +238,17 @@ class PartitionChain:
             self._spec = client.scatter(cfg, broadcast=True, hash=False)
             self._ds = client.scatter(self.dataset, broadcast=True, hash=False)
         spec, ds = self._spec, self._ds
-        inflight: deque[tuple[int, Future, list[Future]]] = deque()
+        inflight: deque[tuple[int, Future, list[Future], Future | None]] = deque()
+        # A wide starting state goes to the cluster by itself, not inside the first step's graph (16 MB at
+        # d = 2^20: that step reached its worker late, and the worker had started a later load), and to the
+        # worker that loads the first block, so that the step is ready the moment its block is.
         prev: Future | SGDState = self._state
+        first_load: dict = {}
+        if not self._gather:
+            home = next(iter(client.scheduler_info()["workers"]), None)
+            if home is not None:
+                first_load = dict(workers=[home], allow_other_workers=True)
+                prev = client.scatter(self._state, workers=[home], hash=False)
         nxt = self._pos
         per_round = max(1, cfg.n_chains)
         try:
@@ -207,7 +260,8 @@ class PartitionChain:
                     for i in range(nxt, end + 1):
                         s = steps[i]
                         block = client.submit(load_block, ds, s.block, s.pass_index, spec,
-                                              key=f"nsdist-load-{token}-{i}", retries=2)
+                                              key=f"nsdist-load-{token}-{i}", retries=2,
+                                              **(first_load if i == self._pos else {}))
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
                                                      key=f"nsdist-step-{token}-{i}", priority=1))
                         del block           # the step holds it on the cluster; the driver need not
@@ -215,31 +269,49 @@ class PartitionChain:
                         prev = client.submit(mix_round, prev, *results, key=f"nsdist-mix-{token}-{end}", priority=2)
                     else:
                         prev = results[0]
-                    inflight.append((end, prev, results))
+                    summary = None
+                    if not self._gather and end + 1 < self._stop:   # a wide state stays on the cluster
+                        summary = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
+                                                priority=3)
+                    inflight.append((end, prev, results, summary))
                     nxt = end + 1
-                i, fut, _ = inflight[0]
-                state, stats = fut.result()
-                inflight.popleft()
-                self._accept(i, state, stats)
+                    if nxt == len(steps) and self.on_loads_done is not None:
+                        self.on_loads_done()
+                        self.on_loads_done = None
+                i, fut, _, summary = inflight[0]
+                if summary is None:
+                    state, stats = fut.result()
+                    inflight.popleft()
+                    self._state, self._pos = state, i + 1
+                    self._report(i, stats, state.rows_seen, state, None)
+                else:
+                    stats, rows_seen = summary.result()
+                    inflight.popleft()
+                    self._report(i, stats, rows_seen, None, fut)
         except BaseException:
             # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
             # and the failed step now, so that they neither stay in the workers' memory nor answer
             # a later job that asks for the same keys.  (The cluster may be gone: the error is
             # the one to report, not the cancel's.)
             with contextlib.suppress(Exception):
-                client.cancel([g for _, f, parts in inflight for g in (f, *parts)])
+                client.cancel([g for _, f, parts, summary in inflight for g in (f, *parts, summary) if g is not None])
             raise
 
-    def _accept(self, i: int, state: SGDState, stats: np.ndarray) -> None:
+    def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
+                future: Future | None) -> None:
+        """Step ``i`` is done: keep its statistics and call ``on_step`` (once: a step redone after a failure
+        is not reported again -- it computes the same numbers)."""
+        if i < self._reported:
+            return
         self.stats.append(stats)
-        self._state, self._pos = state, i + 1
+        self._reported = i + 1
         if self.on_step is not None:
             done = stats[~stats["skipped"]]
             self.on_step(ChainProgress(
                 step=i + 1, n_steps=len(self.steps), pass_index=self.steps[i].pass_index,
-                partition=self.steps[i].block, rows_seen=state.rows_seen,
+                partition=self.steps[i].block, rows_seen=rows_seen,
                 loss=float(done["loss"].mean()) if done.size else float("nan"),
-                elapsed=self.elapsed(), state=state))
+                elapsed=self.elapsed(), state=state, future=future))
 
     def elapsed(self) -> float:
         """Seconds of this job so far (a resumed job adds the interrupted run's)."""

@@ -176,17 +176,32 @@ def _sample_rows(*blocks):
     return _stack(blocks)
 
 
-def _sample_moments(sample) -> tuple[int, np.ndarray, np.ndarray]:
-    return moments_of(sample[0])
+def _sample_moments(*blocks) -> tuple[int, np.ndarray, np.ndarray]:
+    """The moments of the blocks' concatenation (:func:`moments_of`: not made for dense rows)."""
+    return moments_of([b[0] for b in blocks])
 
 
 def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
     from ..solvers.measure import cut_intercept
 
     X, y = sample                    # the concatenated rows, scored in one product as the estimator does
+    return cut_intercept(measure, y, _scores(X, w, scaling), k=k)
+
+
+def _scores(X, w: np.ndarray, scaling) -> np.ndarray:
     X = aligned(X)                   # a copy that crossed the network may be unaligned (kernel.aligned)
     Xs = X if scaling is None else scaling.apply(X.copy())
-    return cut_intercept(measure, y, np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64), k=k)
+    return np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64)
+
+
+def _block_scores(block, w: np.ndarray, scaling) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR block's labels and scores: row by row the same numbers as in the product over the rows
+    stacked (a CSR product sums each row's entries on their own, in index order)."""
+    return block[1], _scores(block[0], w, scaling)
+
+
+def _block_scores_of(block, model) -> tuple[np.ndarray, np.ndarray]:
+    return _block_scores(block, *model)
 
 
 def _warm() -> None:
@@ -195,17 +210,21 @@ def _warm() -> None:
 
 
 class WorkerSample:
-    """The sample of :func:`sample_partitions`, read on the workers and kept on one of them.
+    """The sample of :func:`sample_partitions`, read on the workers and kept there.
 
-    Its partitions are read side by side (a task each) and concatenated on
-    one worker, where the moments and, after training, a ranking model's cut
-    (one float) are computed: the same numbers as on the driver (the same
-    functions on the same concatenated rows -- a matrix-vector product is not
-    the same to the bit on the rows split in two, so the cut is not computed
-    block by block).  Nothing but those numbers comes back.  It holds
-    ``max_rows`` rows (or one partition) on one worker until :meth:`release`.
-    Every worker also imports the chain's modules now, not in the chain's
-    first steps.
+    Its partitions are read side by side (a task each) when it is first needed
+    (the moments before training) or, if only a ranking model's cut needs it,
+    while the chain's last steps run (:meth:`prefetch`), so that the reads do
+    not compete with the chain's first loads.  Moments and cut are computed where the rows are: the same numbers
+    as on the driver (the same functions on the same rows).  The moments come
+    from the blocks as if concatenated (:func:`moments_of`).  For the cut, dense
+    blocks are concatenated on one worker and scored in one product (a
+    matrix-vector product is not the same to the bit on the rows split in two);
+    CSR blocks are scored each where it lies (a CSR product is: each row's sum
+    on its own) and only their scores and labels come to the driver.  Nothing
+    else comes back.  It holds ``max_rows`` rows (or one partition) on the
+    workers until :meth:`release`.  Every worker also imports the chain's
+    modules now, not in the chain's first steps.
     """
 
     def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str,
@@ -213,23 +232,45 @@ class WorkerSample:
         self.client, self.dataset, self.partitions, self.dtype = client, dataset, partitions, dtype
         self.max_restarts = max_restarts
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
-        self._load()
+        self.blocks: list = []
+        self._rows = None
         with contextlib.suppress(Exception):     # best effort: a worker that is not warmed up imports later
             for w in client.scheduler_info()["workers"]:
                 fire_and_forget(client.submit(_warm, pure=False, workers=[w], allow_other_workers=False))
 
-    def _load(self) -> None:
-        blocks = self.client.map(_read, [self.dataset] * len(self.partitions), self.partitions, dtype=self.dtype,
-                                 pure=False)
-        self.future = blocks[0] if len(blocks) == 1 else self.client.submit(_sample_rows, *blocks, pure=False)
+    @property
+    def futures(self) -> list:
+        """The futures holding the sample on the workers (none before it is first needed)."""
+        return self.blocks + ([] if self._rows is None else [self._rows])
 
-    def _on_sample(self, fn, *args):
-        """``fn(sample, *args)`` where the sample lives; a sample lost with its worker is read again."""
+    def _load(self, priority: int = 0) -> None:
+        self.release()
+        self.blocks = self.client.map(_read, [self.dataset] * len(self.partitions), self.partitions,
+                                      dtype=self.dtype, pure=False, priority=priority)
+
+    def prefetch(self) -> None:
+        """Start reading the sample now, behind every other task (:attr:`PartitionChain.on_loads_done`:
+        the reads fill the workers' idle time during the chain's last steps instead of following them)."""
+        if not self.blocks:
+            self._load(priority=-1)
+
+    def _concatenated(self):
+        if len(self.blocks) == 1:
+            return self.blocks[0]
+        if self._rows is None:
+            self._rows = self.client.submit(_sample_rows, *self.blocks, pure=False)
+        return self._rows
+
+    def _on_sample(self, fn):
+        """``fn()`` (which submits tasks on the sample and gathers their result); a sample lost with its
+        worker is read again."""
         from .chain import _is_transient
 
+        if not self.blocks:
+            self._load()
         for attempt in range(self.max_restarts + 1):
             try:
-                return self.client.submit(fn, self.future, *args, pure=False).result()
+                return fn()
             except Exception as exc:  # a lost worker, a dropped connection
                 if not _is_transient(exc) or attempt == self.max_restarts:
                     raise
@@ -238,11 +279,26 @@ class WorkerSample:
 
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Row count, column means and squared deviations of the sample's rows (float64)."""
-        return self._on_sample(_sample_moments)
+        return self._on_sample(lambda: self.client.submit(_sample_moments, *self.blocks, pure=False).result())
 
     def cut(self, w: np.ndarray, scaling, measure: str, k) -> float:
         """The measure's cut intercept of ``w`` on the (scaled) sample, as the estimator places it."""
-        return self._on_sample(_sample_cut, w, scaling, measure, k)
+        from ..solvers.measure import cut_intercept
+
+        def dense() -> float:
+            return self.client.submit(_sample_cut, self._concatenated(), w, scaling, measure, k,
+                                      pure=False).result()
+
+        def sparse() -> float:
+            [model] = self.client.scatter([(w, scaling)], hash=False)     # once, not in every task (8 MB at 2^20)
+            parts = self.client.gather(self.client.map(_block_scores_of, self.blocks, model=model, pure=False))
+            model.release()
+            return cut_intercept(measure, np.concatenate([p[0] for p in parts]),
+                                 np.concatenate([p[1] for p in parts]), k=k)
+
+        return self._on_sample(sparse if self.dataset.is_sparse and len(self.partitions) > 1 else dense)
 
     def release(self) -> None:
-        self.future.release()
+        for f in self.futures:
+            f.release()
+        self.blocks, self._rows = [], None
