@@ -121,7 +121,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
     n_iter_no_change : int >= 1, default 5
-        Checks without improvement before early stopping.
+        Early stopping: training stops when the best validation value gained
+        less than one validation positive's worth (``1 / v+``, at least 1e-4)
+        over the last ``n_iter_no_change`` checks.
     random_state : int >= 0, default 0
         Seed of every random order and of the holdout; the same seed and data
         give the same model bit for bit (an int, so the order is the same on

@@ -155,6 +155,24 @@ def test_early_stopping_stops_on_a_plateau_and_runs_on_while_improving():
     assert np.all(np.diff(values) > 0)
 
 
+def test_early_stopping_needs_one_validation_positive_of_gain_over_the_window():
+    """Gains that keep coming but add up to less than ``1 / v+`` over ``n_iter_no_change`` checks stop the
+    run; the decision is recomputed here from the best values the checks record."""
+    cfg = _selection_cfg(surrogate="hinge", eta=1.0, n_iter_no_change=3, average=False)
+    rng = np.random.default_rng(1)
+    Xv = rng.normal(size=(400, 2))
+    yv = np.where(Xv[:, 0] + 0.3 * rng.normal(size=400) > 0, 1, -1)
+    resolution = 1.0 / np.count_nonzero(yv > 0)
+    sel, bests, stops = Selection.start(2, 1), [], []
+    for a in np.linspace(0.6, 0.0, 40):               # AUC creeps up by far less than 1 / v+ per check
+        _, stop = sel.check(cfg, SGDState(W=np.array([[np.cos(a)], [np.sin(a)]])), Xv, yv)
+        bests.append(sel.best)
+        stops.append(stop)
+    assert np.all(np.diff(bests) >= 0) and bests[-1] > bests[0]
+    expected = [i >= 3 and bests[i] - bests[i - 3] < resolution for i in range(len(bests))]
+    assert stops == expected and any(stops) and not all(stops)
+
+
 def test_defaults_stop_early_before_the_pass_budget():
     X, y = make_data(n=3000)
     est = NonDecomposableClassifier("pauc").fit(X, y)

@@ -72,7 +72,8 @@ MAX_STEPS, CHECK_STEPS = 20_000, 50
 #: product where a training row costs two products and a surrogate, so checks cost about a tenth
 #: of the training between them (and at least ``CHECK_STEPS`` buffers apart)
 CHECK_VALIDATION = 5
-#: improvement of the validation measure that resets the early-stopping count
+#: the least gain of the validation measure over ``n_iter_no_change`` checks that keeps training going
+#: (with fewer than 10^4 validation positives the gain must be one positive's worth, ``1 / v+``)
 MIN_DELTA = 1e-4
 
 #: every parameter and its default (the estimator's signature)

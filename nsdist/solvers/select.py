@@ -9,9 +9,12 @@ rows with the exact measure of :mod:`nsdist.metrics`:
   (successive halving with Hyperband's reduction factor ``eta = 3``, Li et
   al. 2018), down to one;
 * each candidate keeps a snapshot of its best-scoring model;
-* training stops when the best value over all candidates has not improved by
-  more than :data:`~nsdist.solvers.config.MIN_DELTA` for ``n_iter_no_change``
-  checks (early stopping), or when the pass budget is spent.
+* training stops when the best value over all candidates has gained less than
+  one validation positive's worth, ``1 / v+`` (at least
+  :data:`~nsdist.solvers.config.MIN_DELTA`), over the last ``n_iter_no_change``
+  checks (early stopping), or when the pass budget is spent.  A smaller gain is
+  below what the validation rows resolve: moving one positive changes Prec@k,
+  PRBEP and the pAUC of ``v+`` positives by up to ``1 / v+``, F1 by about that.
 
 The returned model is the best snapshot.  For F1 the threshold is the
 plug-in one -- the threshold that maximises F1 on the validation rows
@@ -80,8 +83,8 @@ class Selection:
         The check that dropped the candidate (0: alive).
     reason : list of str
         Why each dropped candidate was dropped.
-    checks, stale : int
-        Checks so far; checks since the best improved.
+    checks : int
+        Checks so far.
     best : float
         The best value over all candidates.
     curve : list of dict
@@ -95,7 +98,6 @@ class Selection:
     dropped: np.ndarray
     reason: list[str]
     checks: int = 0
-    stale: int = 0
     best: float = -np.inf
     curve: list[dict] = field(default_factory=list)
 
@@ -150,11 +152,7 @@ class Selection:
         better = values > self.value[cols]
         for c, v, be in zip(cols[better], values[better], b_eff[better]):
             self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
-        top = float(values.max()) if values.size else -np.inf
-        if top > self.best + MIN_DELTA:
-            self.best, self.stale = top, 0
-        else:
-            self.best, self.stale = max(self.best, top), self.stale + 1
+        self.best = max(self.best, float(values.max()) if values.size else -np.inf)
         live = cols[np.isfinite(values)]
         live_values = values[np.isfinite(values)]
         if live.size > 1:                                # successive halving: keep the best third
@@ -164,8 +162,14 @@ class Selection:
                 self._drop(state, c, f"dropped by successive halving at check {self.checks}")
         self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
                            "best": self.best, "alive": int(state.alive.sum())})
-        stop = cfg.early_stopping and self.stale >= cfg.n_iter_no_change
-        return state, stop
+        return state, cfg.early_stopping and self._stalled(cfg.n_iter_no_change, y_val)
+
+    def _stalled(self, n: int, y_val: np.ndarray) -> bool:
+        """The best value gained less than ``max(MIN_DELTA, 1 / v+)`` over the last ``n`` checks."""
+        if len(self.curve) <= n:
+            return False
+        resolution = max(MIN_DELTA, 1.0 / max(1, int(np.count_nonzero(y_val > 0))))
+        return self.curve[-1]["best"] - self.curve[-1 - n]["best"] < resolution
 
     def _drop(self, state: SGDState, c: int, reason: str) -> None:
         state.alive[c] = False
@@ -212,7 +216,7 @@ class Selection:
     def to_dict(self) -> dict:
         return {"value": [float(v) if np.isfinite(v) else None for v in self.value], "W": self.W.tolist(),
                 "b": self.b.tolist(), "at_epoch": self.at_epoch.tolist(), "dropped": self.dropped.tolist(),
-                "reason": list(self.reason), "checks": self.checks, "stale": self.stale,
+                "reason": list(self.reason), "checks": self.checks,
                 "best": self.best if np.isfinite(self.best) else None, "curve": self.curve}
 
     @classmethod
@@ -220,5 +224,5 @@ class Selection:
         return cls(np.array([-np.inf if v is None else v for v in d["value"]], dtype=np.float64),
                    np.asarray(d["W"], dtype=np.float64), np.asarray(d["b"], dtype=np.float64),
                    np.asarray(d["at_epoch"], dtype=np.int64), np.asarray(d["dropped"], dtype=np.int64),
-                   list(d["reason"]), int(d["checks"]), int(d["stale"]),
+                   list(d["reason"]), int(d["checks"]),
                    -np.inf if d["best"] is None else float(d["best"]), list(d["curve"]))
