@@ -132,10 +132,10 @@ class ChainProgress:
                 f"partition={self.partition}, rows_seen={self.rows_seen}, loss={self.loss}, elapsed={self.elapsed})")
 
 
-# A state of at least this many bytes (iterates and their sums) is not fetched by the driver after every
-# step, only its statistics: at d = 2^20 the 16 MB fetch cost the workers about 8% of a one-pass job
-# (bench/results/sparse.md).  It is fetched at a segment's end, for a checkpoint, and when an on_step
-# callback reads ``ChainProgress.state``.
+#: a state of at least this many bytes (iterates and their sums) is not fetched by the driver after every
+#: step, only its statistics: at d = 2^20 the 16 MB fetch cost the workers about 8% of a one-pass job
+#: (bench/results/sparse.md).  It is fetched at a segment's end, for a checkpoint, and when an on_step
+#: callback reads ``ChainProgress.state``.
 GATHER_BYTES = 1 << 20
 
 

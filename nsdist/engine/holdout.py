@@ -194,14 +194,11 @@ def _scores(X, w: np.ndarray, scaling) -> np.ndarray:
     return np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64)
 
 
-def _block_scores(block, w: np.ndarray, scaling) -> tuple[np.ndarray, np.ndarray]:
-    """A CSR block's labels and scores: row by row the same numbers as in the product over the rows
-    stacked (a CSR product sums each row's entries on their own, in index order)."""
+def _block_scores(block, model: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR block's labels and scores under ``model = (w, scaling)``: row by row the same numbers as in
+    the product over the rows stacked (a CSR product sums each row's entries on their own, in index order)."""
+    w, scaling = model
     return block[1], _scores(block[0], w, scaling)
-
-
-def _block_scores_of(block, model) -> tuple[np.ndarray, np.ndarray]:
-    return _block_scores(block, *model)
 
 
 def _warm() -> None:
@@ -291,7 +288,7 @@ class WorkerSample:
 
         def sparse() -> float:
             [model] = self.client.scatter([(w, scaling)], hash=False)     # once, not in every task (8 MB at 2^20)
-            parts = self.client.gather(self.client.map(_block_scores_of, self.blocks, model=model, pure=False))
+            parts = self.client.gather(self.client.map(_block_scores, self.blocks, model=model, pure=False))
             model.release()
             return cut_intercept(measure, np.concatenate([p[0] for p in parts]),
                                  np.concatenate([p[1] for p in parts]), k=k)
