@@ -324,13 +324,26 @@ def _class_counts(y: np.ndarray, measure: str, *, need_pos: bool, need_neg: bool
 # --------------------------------------------------------------------------
 
 
+def _at_least_top(s: np.ndarray, m: int) -> np.ndarray:
+    """Positions of the entries of ``s`` scoring at least its ``m``-th highest score (ties at the cut included).
+
+    What :func:`pauc_from_sorted` and :func:`precision_from_sorted` need of
+    the items (see the module notes): a linear-time partition finds the
+    ``m``-th highest score, so that only these entries are sorted.
+    """
+    if m >= s.shape[0]:
+        return np.arange(s.shape[0])
+    return np.flatnonzero(s >= np.partition(s, s.shape[0] - m)[s.shape[0] - m])
+
+
 def _pauc(y, s, beta, measure: str) -> float:
     """Shared path of :func:`auc` (``beta = 1``, so ``m = n-``) and :func:`partial_auc`."""
     y, s = _labels_and_scores(y, s)
     _, n_neg = _class_counts(y, measure, need_pos=True, need_neg=True)
     m = n_top_negatives(check_beta(beta), n_neg)
     is_pos = y == 1
-    return pauc_from_sorted(np.sort(s[is_pos]), np.sort(s[~is_pos])[::-1], m)
+    neg = s[~is_pos]
+    return pauc_from_sorted(np.sort(s[is_pos]), np.sort(neg[_at_least_top(neg, m)])[::-1], m)
 
 
 def auc(y, s) -> float:
@@ -422,7 +435,8 @@ def partial_auc(y, s, beta: float = 0.1) -> float:
 
 def _precision(y: np.ndarray, s: np.ndarray, k_top: int) -> float:
     """Precision of the top ``k_top`` of validated ``(y, s)``."""
-    order = np.argsort(s)[::-1]
+    top = _at_least_top(s, k_top)
+    order = top[np.argsort(s[top])[::-1]]
     return precision_from_sorted(s[order], y[order] == 1, k_top)
 
 

@@ -70,15 +70,14 @@ def truncated_power_pairs(p: np.ndarray, q: np.ndarray, k: int) -> tuple[float, 
     dp : ndarray, shape (len(p),)
     dq : ndarray, shape (len(q),)
     """
-    order_p, order_q = np.argsort(p), np.argsort(q)
+    order_p, order_q = p.argsort(), q.argsort()
     shift = p[order_p[p.size // 2]]
     a = p[order_p] - shift
     b = q[order_q] + (1.0 - shift)
-    f = np.searchsorted(b, a, side="right")
-    runs = np.diff(f, prepend=0, append=b.size)  # b[f_{i-1} : f_i] have d_j = i
-    d = np.repeat(np.arange(a.size + 1.0), runs)
+    f = b.searchsorted(a, side="right")     # f_i = #{j : b_j <= a_i}
+    d = a.searchsorted(b, side="left")      # d_j = #{i : a_i < b_j}
     c = (b.size - f).astype(np.float64)
-    g, h = (d, c) if k == 1 else (d * b - np.repeat(prefix_sums(a), runs), suffix_sums(b)[f] - c * a)
+    g, h = (d, c) if k == 1 else (d * b - prefix_sums(a)[d], suffix_sums(b)[f] - c * a)
     dp, dq = np.empty_like(a), np.empty_like(b)
     dp[order_p] = -k * h
     dq[order_q] = k * g
@@ -95,23 +94,23 @@ def truncated_power_pairs_many(P: np.ndarray, Q: np.ndarray, k: int) -> tuple[np
     P, Q = np.ascontiguousarray(P, dtype=np.float64), np.ascontiguousarray(Q, dtype=np.float64)
     M, n_pos, m = P.shape[0], P.shape[1], Q.shape[1]
     r = np.arange(M)[:, None]
-    order_p, order_q = np.argsort(P, axis=1), np.argsort(Q, axis=1)
+    order_p, order_q = P.argsort(axis=1), Q.argsort(axis=1)
     Ps = P[r, order_p]
-    shift = Ps[:, n_pos // 2].copy()
-    A = Ps - shift[:, None]
-    B = Q[r, order_q] + (1.0 - shift)[:, None]
+    shift = Ps[:, n_pos // 2, None]
+    A = Ps - shift
+    B = Q[r, order_q] + (1.0 - shift)
     F = np.empty((M, n_pos), dtype=np.intp)
     D = np.empty((M, m), dtype=np.intp)
     for i in range(M):
-        F[i] = np.searchsorted(B[i], A[i], side="right")   # f_i = #{j : b_j <= a_i}
-        D[i] = np.searchsorted(A[i], B[i], side="left")    # d_j = #{i : a_i < b_j}
+        F[i] = B[i].searchsorted(A[i], side="right")   # f_i = #{j : b_j <= a_i}
+        D[i] = A[i].searchsorted(B[i], side="left")    # d_j = #{i : a_i < b_j}
     C = (m - F).astype(np.float64)
     if k == 1:
-        G, H = D.astype(np.float64), C
+        G, H = D, C
     else:
         zero = np.zeros((M, 1))
-        prefix_a = np.concatenate([zero, np.cumsum(A, axis=1)], axis=1)
-        suffix_b = np.concatenate([zero, np.cumsum(B[:, ::-1], axis=1)], axis=1)[:, ::-1]
+        prefix_a = np.concatenate([zero, A.cumsum(axis=1)], axis=1)
+        suffix_b = np.concatenate([zero, B[:, ::-1].cumsum(axis=1)], axis=1)[:, ::-1]
         G = D * B - prefix_a[r, D]
         H = suffix_b[r, F] - C * A
     DP, DQ = np.empty_like(A), np.empty_like(B)

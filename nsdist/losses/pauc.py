@@ -92,18 +92,19 @@ class PartialAUCLoss(Loss):
         pos, neg = split_classes(y)
         if pos.size == 0 or neg.size == 0:
             return np.zeros(M), dscore.T
-        T = S.T
-        SP, SN = np.ascontiguousarray(T[:, pos]), np.ascontiguousarray(T[:, neg])
+        SP = np.ascontiguousarray(S.take(pos, axis=0).T)
+        SN = np.ascontiguousarray(S.take(neg, axis=0).T)
         m = n_top_negatives(self.beta, neg.size)
-        if m >= neg.size:
-            top = np.broadcast_to(np.arange(neg.size), (M, neg.size))
-        else:
-            top = np.argpartition(SN, neg.size - m, axis=1)[:, neg.size - m:]
-        r = np.arange(M)[:, None]
-        value, DP, DQ = PAIR_SUMS_MANY[self.surrogate](SP, SN[r, top])
         scale = 1.0 / (pos.size * m)
+        if m >= neg.size:
+            value, DP, DQ = PAIR_SUMS_MANY[self.surrogate](SP, SN)
+            dscore[:, neg] = scale * DQ
+        else:
+            r = np.arange(M)[:, None]
+            top = SN.argpartition(neg.size - m, axis=1)[:, neg.size - m:]
+            value, DP, DQ = PAIR_SUMS_MANY[self.surrogate](SP, SN[r, top])
+            dscore[r, neg[top]] = scale * DQ
         dscore[:, pos] = scale * DP
-        dscore[r, neg[top]] = scale * DQ
         return scale * value, dscore.T
 
 

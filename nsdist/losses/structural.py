@@ -64,7 +64,7 @@ def _max_fixed_count(sp: np.ndarray, sn: np.ndarray, K: int) -> tuple[float, int
     cp = prefix_sums(top_values_desc(sp, a[-1]))
     cn = prefix_sums(top_values_desc(sn, K - a[0]))
     objective = 1.0 - a / K + (2.0 / n) * (cp[a] + cn[K - a] - sp.sum())
-    best = int(np.argmax(objective))
+    best = int(objective.argmax())
     return float(objective[best]), int(a[best])
 
 
@@ -84,7 +84,7 @@ def _rising_bound(QS: np.ndarray, n_pos: int, n: int) -> int:
     """
     t = 2.0 * n_pos + np.arange(QS.shape[-1])
     rising = 4.0 * n_pos / (t * (t + 1)) + (2.0 / n) * QS > 0
-    last = np.flatnonzero(rising if rising.ndim == 1 else rising.any(axis=0))
+    last = (rising if rising.ndim == 1 else rising.any(axis=0)).nonzero()[0]
     return int(last[-1]) + 1 if last.size else 0
 
 
@@ -103,19 +103,20 @@ def _best_false_positives(a: np.ndarray, qs: np.ndarray, n_pos: int, n: int) -> 
     (by powers of two) run for all ``a`` together: O(n+ log n-), over the
     ``b`` below :func:`_rising_bound` only.
     """
-    qs = qs[:_rising_bound(qs, n_pos, n)]
+    q2 = (2.0 / n) * qs[:_rising_bound(qs, n_pos, n)]      # the second term of delta, for every b
     twice_a, t0 = 2.0 * a, a + n_pos
-    if a.size * qs.size <= _DENSE_SEARCH:       # small buffers: count the rising b's directly (the same
-        t = t0[:, None] + np.arange(qs.size)    # delta values, so the same b* as the search)
-        delta = twice_a[:, None] / (t * (t + 1)) + (2.0 / n) * qs
-        return np.count_nonzero(delta > 0, axis=1).astype(a.dtype)
+    if a.size * q2.size <= _DENSE_SEARCH:       # small buffers: count the rising b's directly (the same
+        t = t0[:, None] + np.arange(q2.size)    # delta values, so the same b* as the search)
+        delta = twice_a[:, None] / (t * (t + 1)) + q2
+        return (delta > 0).sum(axis=1).astype(a.dtype)
     b = np.zeros_like(a)
-    step = 1 << (qs.size.bit_length() - 1)
+    step = 1 << (q2.size.bit_length() - 1)
     while step:
         probe = b + (step - 1)  # all of b .. probe rise iff delta(a, probe) > 0
         t = t0 + probe
-        delta = twice_a / (t * (t + 1)) + (2.0 / n) * qs.take(probe, mode="clip")
-        b += step * ((probe < qs.size) & (delta > 0))
+        delta = twice_a / (t * (t + 1))
+        delta += q2.take(probe, mode="clip")
+        b += step * ((probe < q2.size) & (delta > 0))
         step >>= 1
     return b
 
@@ -132,31 +133,32 @@ def _max_f1(sp: np.ndarray, sn: np.ndarray) -> tuple[float, int, int]:
     cp = prefix_sums(np.sort(sp)[::-1])
     cn = prefix_sums(qs[: b.max()])
     objective = 1.0 - 2.0 * a / (a + b + sp.size) + (2.0 / n) * (cp[a] + cn[b] - sp.sum())
-    best = int(np.argmax(objective))
+    best = int(objective.argmax())
     return float(objective[best]), int(a[best]), int(b[best])
 
 
 def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int) -> np.ndarray:
     """:func:`_best_false_positives` for every row of ``QS`` (M, n-) at once, bit for bit."""
-    QS = QS[:, :_rising_bound(QS, n_pos, n)]
-    M, n_neg = QS.shape
+    Q2 = (2.0 / n) * QS[:, :_rising_bound(QS, n_pos, n)]     # the second term of delta, for every b
+    M, n_neg = Q2.shape
     r = np.arange(M)[:, None]
     twice_a, t0 = 2.0 * a, a + n_pos
     if M * a.size * n_neg <= _DENSE_SEARCH:
         t = t0[:, None] + np.arange(n_neg)
-        delta = (twice_a[:, None] / (t * (t + 1)))[None] + (2.0 / n) * QS[:, None, :]
-        return np.count_nonzero(delta > 0, axis=2).astype(a.dtype)
+        delta = (twice_a[:, None] / (t * (t + 1)))[None] + Q2[:, None, :]
+        return (delta > 0).sum(axis=2).astype(a.dtype)
     b = np.zeros((M, a.size), dtype=a.dtype)
     step = 1 << (n_neg.bit_length() - 1)
-    # a probe with step s is at most 2 * step - s - 1: QS padded with -inf to 2 * step columns, a probe
+    # a probe with step s is at most 2 * step - s - 1: Q2 padded with -inf to 2 * step columns, a probe
     # past the end reads delta = -inf (no rise), as the single search's bound check decides
     padded = np.full((M, 2 * step), -np.inf)
-    padded[:, :n_neg] = QS
+    padded[:, :n_neg] = Q2
     flat, row_start = padded.ravel(), r * (2 * step)   # padded[r, j] read as flat[r * 2 step + j]
     while step:
         probe = b + (step - 1)
         t = t0 + probe
-        delta = twice_a / (t * (t + 1)) + (2.0 / n) * flat.take(row_start + probe)
+        delta = twice_a / (t * (t + 1))
+        delta += flat.take(row_start + probe)
         b += step * (delta > 0)
         step >>= 1
     return b
@@ -164,7 +166,7 @@ def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int
 
 def _desc_prefix_sums(V: np.ndarray) -> np.ndarray:
     """Per row: ``prefix_sums`` of the row sorted decreasingly, shape (M, len + 1)."""
-    return np.concatenate([np.zeros((V.shape[0], 1)), np.cumsum(np.sort(V, axis=1)[:, ::-1], axis=1)], axis=1)
+    return np.concatenate([np.zeros((V.shape[0], 1)), np.sort(V, axis=1)[:, ::-1].cumsum(axis=1)], axis=1)
 
 
 def _labelling_dscore_many(S: np.ndarray, pos: np.ndarray, neg: np.ndarray, a: np.ndarray, b: np.ndarray
@@ -200,11 +202,11 @@ class _FixedCountLoss(Loss):
         K = self._count(n, pos.size)
         if pos.size == 0 or neg.size == 0:
             return np.zeros(M), np.zeros((n, M))
-        SP, SN = np.ascontiguousarray(S[pos].T), np.ascontiguousarray(S[neg].T)
+        SP, SN = np.ascontiguousarray(S.take(pos, axis=0).T), np.ascontiguousarray(S.take(neg, axis=0).T)
         a = np.arange(max(0, K - neg.size), min(K, pos.size) + 1)
         CP, CN = _desc_prefix_sums(SP), _desc_prefix_sums(SN)
         objective = 1.0 - a / K + (2.0 / n) * (CP[:, a] + CN[:, K - a] - SP.sum(axis=1)[:, None])
-        best = np.argmax(objective, axis=1)
+        best = objective.argmax(axis=1)
         r = np.arange(M)
         values, a_best = objective[r, best], a[best]
         return values, _labelling_dscore_many(S, pos, neg, a_best, K - a_best)
@@ -264,14 +266,14 @@ class F1Loss(Loss):
         pos, neg = split_classes(y)
         if pos.size == 0 or neg.size == 0:
             return np.zeros(M), np.zeros((n, M))
-        SP, SN = np.ascontiguousarray(S[pos].T), np.ascontiguousarray(S[neg].T)
+        SP, SN = np.ascontiguousarray(S.take(pos, axis=0).T), np.ascontiguousarray(S.take(neg, axis=0).T)
         r = np.arange(M)[:, None]
         QS = np.sort(SN, axis=1)[:, ::-1]
         a = np.arange(pos.size + 1)
         B = _best_false_positives_many(a, QS, pos.size, n)
         CP = _desc_prefix_sums(SP)
-        CN = np.concatenate([np.zeros((M, 1)), np.cumsum(QS, axis=1)], axis=1)
+        CN = np.concatenate([np.zeros((M, 1)), QS.cumsum(axis=1)], axis=1)
         objective = 1.0 - 2.0 * a / (a + B + pos.size) + (2.0 / n) * (CP + CN[r, B] - SP.sum(axis=1)[:, None])
-        best = np.argmax(objective, axis=1)
+        best = objective.argmax(axis=1)
         values = objective[r[:, 0], best]
         return values, _labelling_dscore_many(S, pos, neg, a[best], B[r[:, 0], best])

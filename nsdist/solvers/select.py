@@ -43,20 +43,23 @@ def f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     """The largest F1 of a labelling ``s > t`` over all ``t``, and a ``t`` that attains it.
 
     With the scores sorted decreasingly, cutting after each group of tied
-    scores gives every labelling a threshold can make; ``t`` is the midpoint
-    to the next lower score (or 1 below the lowest).  Labelling nothing
-    positive (F1 = 0) is the fallback, ``t`` above the top score.  O(n log n).
+    scores gives every labelling a threshold can make: cut after the group
+    of score ``u`` ending at rank ``k``, ``TP`` is the number of positives
+    scoring at least ``u`` (a binary search among the sorted positive scores)
+    and ``F1 = 2 TP / (k + n+)``.  ``t`` is the midpoint to the next lower
+    score (or 1 below the lowest).  Labelling nothing positive (F1 = 0) is
+    the fallback, ``t`` above the top score.  O(n log n): two sorts of
+    values, no sort of positions.
     """
     s = np.asarray(s, dtype=np.float64)
-    n_pos = int(np.count_nonzero(y > 0))
+    is_pos = y > 0
+    n_pos = int(np.count_nonzero(is_pos))
     if s.shape[0] == 0 or n_pos == 0:
         return 0.0, float(s.max() + 1.0) if s.size else 0.0
-    order = np.argsort(-s, kind="stable")
-    ss, yy = s[order], y[order] > 0
-    tp = np.cumsum(yy)
-    k = np.arange(1, ss.shape[0] + 1)
+    ss = np.sort(s)[::-1]
     last = np.flatnonzero(np.append(ss[1:] != ss[:-1], True))     # group ends
-    f1 = 2.0 * tp[last] / (k[last] + n_pos)
+    tp = n_pos - np.searchsorted(np.sort(s[is_pos]), ss[last], side="left")
+    f1 = 2.0 * tp / (last + 1 + n_pos)
     i = int(np.argmax(f1))
     if f1[i] <= 0:
         return 0.0, float(ss[0] + 1.0)
