@@ -235,8 +235,8 @@ def _block_reference(ds: Dataset, i: int, dtype, rows, shift, scale):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_read_block_is_read_gather_scale_to_the_bit(tmp_path, dtype):
-    """docs/engine.md §Partition chain: the chain's one-copy load equals read + X[rows] + scaling, bit for bit,
-    over several row groups, mixed column types (float32/float64/int/bool) and any row selection."""
+    """docs/engine.md §Partition chain: the chain's one-copy load equals read + X[rows] + scaling, bit for bit, in
+    Fortran order (the transposing copy is gone), over several row groups, mixed column types (float32/float64/int/bool) and any row selection."""
     n = 3001
     rng = np.random.default_rng(5)
     table = pa.table({"f": rng.normal(size=n).astype(np.float32), "g": rng.normal(size=n) * 1e3,
@@ -251,9 +251,62 @@ def test_read_block_is_read_gather_scale_to_the_bit(tmp_path, dtype):
             scaling = None if sc is None else Scaling(np.zeros(4) if sh is None else sh, sc, centered=sh is not None)
             X, y = ds.read_block(0, dtype=dtype, order=lambda _y, rows=rows: rows, scaling=scaling)
             RX, Ry = _block_reference(ds, 0, dtype, rows, sh, sc)
-            assert X.dtype == np.dtype(dtype) and X.flags.c_contiguous and X.shape == RX.shape
+            assert X.dtype == np.dtype(dtype) and X.flags.f_contiguous and X.shape == RX.shape   # the kernel's layout
             np.testing.assert_array_equal(X, RX)
             np.testing.assert_array_equal(y, Ry)
+
+
+def test_read_partition_stays_c_ordered_and_vector_blocks_are_fortran_ordered(tmp_path):
+    """read_partition keeps its C order (the sample and the validation rows are scored as the estimator scores
+    its rows); read_block of every dense layout is Fortran-ordered, read + ``X[rows]`` + scaling to the bit."""
+    X = RNG.normal(size=(300, 4)).astype(np.float32)
+    pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(4)} | {"label": np.arange(300) % 3 == 0}),
+                   tmp_path / "c.parquet")
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), 4)
+    pq.write_table(pa.table({"features": vectors, "label": np.arange(300) % 3 == 0}), tmp_path / "v.parquet")
+    rows, scaling = RNG.permutation(300)[:200], Scaling(RNG.normal(size=4), RNG.uniform(0.5, 2, size=4))
+    for name in ("c.parquet", "v.parquet"):
+        ds = Dataset.open(tmp_path / name)
+        R, Ry = ds.read_partition(0, dtype=np.float32)
+        assert R.flags.c_contiguous
+        np.testing.assert_array_equal(R, X)
+        for order, sc in ((None, None), (lambda _y: rows, scaling)):
+            B, y = ds.read_block(0, dtype=np.float32, order=order, scaling=sc)
+            ref = (R.copy() if order is None else R[rows], Ry if order is None else Ry[rows])
+            if sc is not None:
+                sc.apply(ref[0])
+            assert B.flags.f_contiguous and B.dtype == np.float32
+            np.testing.assert_array_equal(B, ref[0])
+            np.testing.assert_array_equal(y, ref[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_take_rows_is_x_rows_in_fortran_order(dtype, layout):
+    """The in-memory solvers' gather (nsdist.data.dense.take_rows): ``X[rows]``'s values, Fortran-ordered, from
+    any layout, over several of its chunks (TAKE_BYTES), in any order, with repeats and none."""
+    from nsdist.data.dense import TAKE_BYTES, take_rows
+
+    n, d = 3 * TAKE_BYTES // (7 * np.dtype(dtype).itemsize) + 11, 7
+    X = RNG.normal(size=(n, 2 * d)).astype(dtype)
+    X = {"C": X[:, :d].copy(), "F": np.asfortranarray(X[:, :d]), "strided": X[:, ::2]}[layout]
+    for rows in (RNG.permutation(n), RNG.integers(0, n, size=1000), np.arange(n)[::-3], np.zeros(0, np.int64), None):
+        B = take_rows(X, rows)
+        assert B.flags.f_contiguous and B.dtype == dtype
+        np.testing.assert_array_equal(B, X if rows is None else X[rows])
+    with pytest.raises(IndexError):
+        take_rows(X, np.array([0, n]))
+
+
+def test_gather_block_is_fortran_ordered_x_rows_without_a_transposing_copy():
+    """gather_block returns the transpose of its (d, m) gathering buffer: Fortran order, no second copy."""
+    from nsdist.data.dense import gather_block
+
+    X = RNG.normal(size=(500, 6)).astype(np.float32)
+    rows = RNG.permutation(500)[:321]
+    B = gather_block([X[:, j].copy() for j in range(6)], np.float32, rows=rows)
+    assert B.flags.f_contiguous and B.base is not None and B.base.shape == (6, 321)
+    np.testing.assert_array_equal(B, X[rows])
 
 
 def test_read_block_checks_every_row_kept_or_not(tmp_path):

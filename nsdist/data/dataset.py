@@ -36,7 +36,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
-from nsdist.data.dense import checked_columns, gather_block
+from nsdist.data.dense import checked_columns, gather_block, take_rows
 from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
 from nsdist.solvers.scaling import Scaling
 
@@ -280,8 +280,8 @@ class Dataset:
         """
         table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout == "columns" and not sparse:
-            X = gather_block(checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names,
-                                             dtype, where), dtype)
+            X = np.ascontiguousarray(gather_block(checked_columns(
+                table, [name for name, _ in self.schema.columns], self.schema.names, dtype, where), dtype))
         else:
             X = self.schema.features(table, dtype, where, sparse=sparse)
         return X, self.schema.labels(table, where)
@@ -291,19 +291,24 @@ class Dataset:
         """Partition ``i`` as a training block: its rows ``order(y)``, in that order, scaled.
 
         What the partition chain loads (``docs/engine.md`` §Partition chain): the same
-        as ``X, y = read_partition(i, dtype=dtype)``, ``rows = order(y)``,
+        values as ``X, y = read_partition(i, dtype=dtype)``, ``rows = order(y)``,
         ``X, y = X[rows], y[rows]`` and then ``scaling.apply(X)``, to the bit, and
-        with the same checks of every row (kept or not) and the same errors; for the
-        ``"columns"`` layout in one gathering copy instead of four passes
-        (:mod:`nsdist.data.dense`).
+        with the same checks of every row (kept or not) and the same errors.  A
+        dense block is Fortran-ordered, the layout the epoch kernel steps on
+        (:func:`~nsdist.solvers.kernel.aligned`); for the ``"columns"`` layout it is
+        made in one gathering copy instead of four passes (:mod:`nsdist.data.dense`).
         """
         table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout != "columns":
             X = self.schema.features(table, dtype, where)
             y = self.schema.labels(table, where)
-            if order is not None:
-                rows = order(y)
-                X, y = X[rows], y[rows]
+            rows = None if order is None else order(y)
+            if rows is not None:
+                y = y[rows]
+            if not sp.issparse(X):
+                X = take_rows(X, rows)
+            elif rows is not None:
+                X = X[rows]
             return (X if scaling is None else scaling.apply(X)), y
         values = checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names, dtype,
                                  where)                   # the features' errors first, as read_partition

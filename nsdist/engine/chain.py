@@ -65,8 +65,8 @@ class ChainConfig:
 def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig):
     """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
 
-    One gathering copy (:meth:`Dataset.read_block`): the same block, to the bit, as
-    ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``.
+    One gathering copy (:meth:`Dataset.read_block`): the same values, to the bit, as
+    ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``, in the kernel's (Fortran) order.
     """
     c, offset = cfg.config, dataset.partitions[partition].row_offset
 

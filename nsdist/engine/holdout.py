@@ -96,7 +96,7 @@ def moments_of(X, chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
     n = sum(b.shape[0] for b in blocks)
     if any(hasattr(b, "tocsr") or b.ndim != 2 or b.shape[1] < 2 or not b.flags.c_contiguous for b in blocks) \
             or n == 0:
-        return row_moments(stack_rows(blocks).astype(np.float64))
+        return row_moments(stack_rows(blocks, order="C").astype(np.float64))
     buf = np.empty((min(chunk, n) + 1, blocks[0].shape[1]), dtype=np.float64)
 
     def column_sums(transform) -> np.ndarray:
@@ -144,8 +144,8 @@ def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dty
 
 
 def _stack(parts: list) -> tuple:
-    """``(X, y)`` blocks concatenated in order (CSR blocks stay CSR)."""
-    return stack_rows([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    """``(X, y)`` blocks concatenated in order (CSR blocks stay CSR; dense ones C-ordered, as they are read)."""
+    return stack_rows([p[0] for p in parts], order="C"), np.concatenate([p[1] for p in parts])
 
 
 def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> list[int]:
@@ -189,7 +189,9 @@ def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
 
 
 def _scores(X, w: np.ndarray, scaling) -> np.ndarray:
-    X = aligned(X)                   # a copy that crossed the network may be unaligned (kernel.aligned)
+    # C-ordered, as read and as the estimator scores its rows (a matrix-vector product sums in another order on
+    # a Fortran-ordered block); a copy that crossed the network may be unaligned (kernel.aligned)
+    X = aligned(X, order="C")
     Xs = X if scaling is None else scaling.apply(X.copy())
     return np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64)
 

@@ -15,7 +15,11 @@ it costs one ``S = X @ W`` and one ``G = X.T @ dS`` (``W`` of shape
 it on the (shuffled) training rows, the Dask engine on each Parquet partition
 in turn, handing the :class:`SGDState` from partition to partition; nothing
 else updates a model.  ``X`` may be a dense array or a ``scipy.sparse`` CSR
-matrix: only ``X @ W`` and ``X.T @ dS`` touch it.
+matrix: only ``X @ W`` and ``X.T @ dS`` touch it.  Dense blocks are stepped on
+in Fortran order, whoever calls (:func:`aligned`): with one candidate the
+products are BLAS matrix-vector products, whose sums run in another order on
+the other layout, and the engine must compute the in-memory solvers' model to
+the bit.
 """
 from __future__ import annotations
 
@@ -176,28 +180,45 @@ def epoch_slices(n: int, buffer_size: int) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def stack_rows(blocks: Sequence):
-    """Row blocks one after the other (CSR blocks stay CSR; a single block is returned as it is)."""
+def stack_rows(blocks: Sequence, order: str = "F"):
+    """Row blocks one after the other (CSR blocks stay CSR; a single block is returned as it is).
+
+    Dense blocks are copied into one new array of memory order ``order``: ``"F"``,
+    the layout of every dense block the kernel steps on (:func:`aligned`; 2PMB's
+    epoch buffer, the reservoir followed by the epoch's rows), or ``"C"``.
+    """
     if len(blocks) == 1:
         return blocks[0]
     if any(hasattr(b, "tocsr") for b in blocks):
         import scipy.sparse as sp
         return sp.vstack(list(blocks), format="csr")
-    return np.concatenate(blocks)
+    out = np.empty((sum(b.shape[0] for b in blocks), blocks[0].shape[1]), dtype=np.result_type(*blocks),
+                   order=order)
+    return np.concatenate(blocks, out=out)
 
 
-def aligned(X):
-    """``X`` itself, or a C-ordered, aligned copy of a dense block that is neither.
+def aligned(X, order: str = "F"):
+    """``X`` itself, or a copy of a dense block that is not in memory order ``order`` and aligned.
 
+    Every dense block the kernel steps on is Fortran-ordered (``order="F"``: each
+    feature's values contiguous), wherever it comes from: the engine's blocks
+    are made so (:func:`nsdist.data.dense.gather_block`, no copy here), the
+    in-memory solvers gather theirs so (:func:`nsdist.data.dense.take_rows`), and
+    anything else is copied.  A product with a single column ``w`` (one
+    candidate: BLAS's matrix-vector product) sums in another order on the two
+    layouts, so the model would otherwise depend on the caller's layout.  A row
+    slice ``X[a:b]`` of a Fortran-ordered block is multiplied by BLAS as it lies.
     A block that crossed the network (Dask's deserialisation) can start at an
     address that is no multiple of 8 bytes; numpy multiplies such an array
     without BLAS, summing in another order, and the model would then depend on
     which worker ran the step.  Sparse blocks are multiplied by scipy's own
-    loops, whose order does not depend on the address.
+    loops, whose order does not depend on the layout or the address.
+    ``order="C"``: the same for a C-ordered scorer (the engine's sample, scored
+    as the estimator scores its C-ordered rows).
     """
     if hasattr(X, "tocsr"):
         return X
-    return np.require(X, requirements=["C", "A"])
+    return np.require(X, requirements=[order, "A"])
 
 
 def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buffer_size: int,

@@ -30,9 +30,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..data.dense import take_rows
 from ..losses.base import Loss
 from .history import History, Recorder, Validate
-from .kernel import Population, SGDState, epoch_slices, run_epochs
+from .kernel import Population, SGDState, aligned, epoch_slices, run_epochs
 from .order import reservoir_keys, top_k_indices
 from .plan import Holdout, Step, schedule, stream_order, training_rows
 
@@ -165,13 +166,15 @@ def run_block(state: SGDState, X, y: np.ndarray, rows: np.ndarray, population: P
     state : SGDState
     stats : ndarray of dtype EPOCH_STATS, one row per epoch of the block
     """
-    buffer_r = None if reservoir is None else (reservoir.X, reservoir.y)
+    buffer_r = None if reservoir is None else (aligned(reservoir.X), reservoir.y)     # copied once, not per call
+    dense = not hasattr(X, "tocsr")
     per_epoch = recorder is not None and recorder.validate is not None
     parts = [rows[sl] for sl in epoch_slices(rows.shape[0], buffer_size)] if per_epoch else [rows]
     all_stats = []
     for idx in parts:
         rows_before, t_before = state.rows_seen, None if recorder is None else recorder.elapsed()
-        state, stats = run_epochs(state, X[idx], y[idx], population, buffer_size=buffer_size, radius=radius,
+        block = take_rows(X, idx) if dense else X[idx]       # dense: in the kernel's (Fortran) order, one copy
+        state, stats = run_epochs(state, block, y[idx], population, buffer_size=buffer_size, radius=radius,
                                   reservoir=buffer_r)
         all_stats.append(stats)
         if recorder is None:
