@@ -113,12 +113,12 @@ def weight_gradient(X, dscore: np.ndarray) -> np.ndarray:
     ndarray of float64, shape ``(d,)`` or ``(d, M)`` like ``dscore``.
     """
     dscore = np.asarray(dscore)
-    nz_mask = dscore != 0 if dscore.ndim == 1 else np.any(dscore != 0, axis=1)
-    nz = np.flatnonzero(nz_mask)
+    nz_mask = dscore != 0 if dscore.ndim == 1 else (dscore != 0).any(axis=1)
+    nz = nz_mask.nonzero()[0]
     if 4 * nz.shape[0] >= dscore.shape[0]:
         rows, coeffs = X, dscore
     else:
-        rows, coeffs = X[nz], dscore[nz]
+        rows, coeffs = X[nz], dscore.take(nz, axis=0)
     g = rows.T @ coeffs.astype(X.dtype, copy=False)
     return np.asarray(g).astype(np.float64, copy=False)
 

@@ -44,8 +44,12 @@ class LogLoss(Loss):
         n = T.shape[1]
         if n == 0:
             return np.zeros(T.shape[0]), np.zeros((0, T.shape[0]))
-        yf = np.asarray(y, dtype=np.float64)
-        Z = -yf * T
+        neg_y = -np.asarray(y, dtype=np.float64)
+        Z = neg_y * T
         values = np.logaddexp(0.0, Z).sum(axis=1) / n
-        sig = 0.5 * (1.0 + np.tanh(0.5 * Z))
-        return values, (-yf * sig / n).T
+        dscore = np.tanh(0.5 * Z)                       # the single call's operations, in place:
+        dscore += 1.0                                   # -y * (0.5 * (1 + tanh(z / 2))) / n
+        dscore *= 0.5
+        dscore *= neg_y
+        dscore /= n
+        return values, dscore.T

@@ -164,6 +164,16 @@ def _best_false_positives_many(a: np.ndarray, QS: np.ndarray, n_pos: int, n: int
     return b
 
 
+def _top_of_rows(V: np.ndarray, t: int) -> np.ndarray:
+    """Per row of ``V`` (M, c), its ``t`` largest entries in no particular order (all of them if ``t >= c``).
+
+    A linear-time partition, so that :func:`_desc_prefix_sums` sorts only them:
+    its first ``t + 1`` sums are those of the whole row.
+    """
+    c = V.shape[1]
+    return V if t >= c else np.partition(V, c - t, axis=1)[:, c - t:]
+
+
 def _desc_prefix_sums(V: np.ndarray) -> np.ndarray:
     """Per row: ``prefix_sums`` of the row sorted decreasingly, shape (M, len + 1)."""
     return np.concatenate([np.zeros((V.shape[0], 1)), np.sort(V, axis=1)[:, ::-1].cumsum(axis=1)], axis=1)
@@ -204,7 +214,7 @@ class _FixedCountLoss(Loss):
             return np.zeros(M), np.zeros((n, M))
         SP, SN = np.ascontiguousarray(S.take(pos, axis=0).T), np.ascontiguousarray(S.take(neg, axis=0).T)
         a = np.arange(max(0, K - neg.size), min(K, pos.size) + 1)
-        CP, CN = _desc_prefix_sums(SP), _desc_prefix_sums(SN)
+        CP, CN = _desc_prefix_sums(SP), _desc_prefix_sums(_top_of_rows(SN, K - int(a[0])))
         objective = 1.0 - a / K + (2.0 / n) * (CP[:, a] + CN[:, K - a] - SP.sum(axis=1)[:, None])
         best = objective.argmax(axis=1)
         r = np.arange(M)
