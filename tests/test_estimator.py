@@ -260,11 +260,15 @@ def test_config_resolves_the_candidates_for_the_engine():
     own = [c for c in cfg.candidates if c.loss.name == "f1"]
     assert len(own) == 5 and all(c.learn_b for c in own) and cfg.plug_in
     assert [c.eta for c in own] == [0.1 / 20, 1 / 20, 10 / 20, 100 / 20, 1000 / 20]
-    # ranking candidates: the pairwise ones need no intercept, the point-wise logloss learns one
-    assert all(c.learn_b == (c.loss.name == "logloss") for c in cfg.candidates if c.loss.name != "f1")
+    # ranking candidates: the pairwise ones need no intercept; the point-wise logloss and the squashed
+    # scores' pAUC loss learn one (Loss.shift_invariant)
+    level = {"logloss", "pauc/sigmoid"}
+    assert all(c.learn_b == (c.name.split("@")[0].removesuffix("/const") in level)
+               for c in cfg.candidates if c.loss.name != "f1")
+    assert {c.name.split("@")[0] for c in cfg.candidates} >= {"pauc/sigmoid", "logloss", "logloss/const"}
     prec = NonDecomposableClassifier("prec@k", k=0.1).config().resolve(n_features=20, n_rows=900,
                                                                          mean_sq_norm=20.0, n_validation=100)
-    assert all(c.learn_b == (c.loss.name == "logloss") for c in prec.candidates)
+    assert all(c.learn_b == (c.name.split("@")[0].removesuffix("/const") in level) for c in prec.candidates)
     fixed = NonDecomposableClassifier(eta=0.3, n_passes=3).config().resolve(n_features=20, n_rows=1000)
     assert not fixed.selects and [(c.eta, c.loss.surrogate) for c in fixed.candidates] == [(0.3, "hinge")]
     with pytest.raises(ValueError, match="validation_fraction=0"):

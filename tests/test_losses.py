@@ -417,3 +417,58 @@ def test_f1_best_false_positives_counted_equals_searched(n_pos, n_neg, seed, sca
     for b in (counted, many[0], many[1], many_searched[0], searched):
         np.testing.assert_array_equal(b, whole)
     assert structural._rising_bound(qs, n_pos, n) >= whole.max()
+
+
+SHIFTED = ALL + [("pauc", {"beta": 0.1, "surrogate": "sigmoid"}), ("auc", {"surrogate": "sigmoid"}), ("logloss", {})]
+
+
+INVARIANT = [(name, params) for name, params in SHIFTED if losses.get(name, **params).shift_invariant]
+
+
+@pytest.mark.parametrize("name, params", INVARIANT, ids=[f"{n}{p}" for n, p in INVARIANT])
+@given(data=buffers(max_n=20), shift=st.integers(-6, 6).filter(bool))
+@fast
+def test_a_shift_invariant_loss_has_the_same_subgradient_on_shifted_scores(name, params, data, shift):
+    """``Loss.shift_invariant`` (no intercept learned): the same ``dl/ds`` on ``s + c`` as on ``s``
+    (a shift in halves keeps small integer scores exact)."""
+    X, y, w = data
+    loss = losses.get(name, **params)
+    s = X @ w
+    np.testing.assert_allclose(loss.value_and_dscore(s + shift / 2, y)[1], loss.value_and_dscore(s, y)[1],
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_the_losses_that_are_not_shift_invariant_move_with_a_shift():
+    """F1, the point-wise logistic loss and the squashed scores' loss: their subgradient moves with a
+    common shift of the scores (so their candidates learn an intercept); every other loss is invariant."""
+    X, y, w = random_buffer(5, 200, 4, 0.2)
+    s = X @ w
+    moving = set()
+    for name, params in SHIFTED:
+        loss = losses.get(name, **params)
+        if not np.allclose(loss.value_and_dscore(s + 1.5, y)[1], loss.value_and_dscore(s, y)[1]):
+            moving.add((name, params.get("surrogate")))
+        assert loss.shift_invariant == ((name, params.get("surrogate")) not in moving), (name, params)
+    assert moving == {("pauc", "sigmoid"), ("auc", "sigmoid"), ("f1", None), ("logloss", None)}
+
+
+@fast
+@given(n=st.integers(1, 60), m=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))
+def test_weight_gradient_uses_exactly_the_rows_with_a_nonzero_entry(n, m, seed):
+    """A population's ``X.T @ dscore`` runs over the rows where any of the ``M`` entries is non-zero
+    (NaN counts as non-zero, -0.0 as zero), and equals the product over all rows."""
+    from nsdist.losses.base import weight_gradient
+
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    dscore = np.where(rng.random((n, m)) < 0.1, rng.standard_normal((n, m)), 0.0)
+    if n and m:
+        dscore[rng.integers(n), rng.integers(m)] = -0.0
+    rows = np.flatnonzero(np.any(dscore != 0, axis=1))
+    expected = X.T @ dscore if 4 * rows.size >= n else X[rows].T @ dscore[rows]
+    np.testing.assert_array_equal(weight_gradient(X, dscore), expected)
+    if m:
+        dscore[rng.integers(n), 0] = np.nan
+    rows = np.flatnonzero(np.any(dscore != 0, axis=1))
+    expected = X.T @ dscore if 4 * rows.size >= n else X[rows].T @ dscore[rows]
+    np.testing.assert_array_equal(weight_gradient(X, dscore), expected)

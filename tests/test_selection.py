@@ -100,7 +100,8 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
-    assert len(a.selection_) == len(a.config_.candidates) == 25   # (prbep, auc/sq. hinge, pauc, logloss x 2) x 5
+    # (prbep, auc/sq. hinge, pauc/hinge, pauc/sigmoid, logloss x 2) x 5
+    assert len(a.selection_) == len(a.config_.candidates) == 30
     assert sum(r["selected"] for r in a.selection_) == 1
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
@@ -234,15 +235,19 @@ def test_standardize_is_the_selection_on_rows_scaled_by_every_rows_moments():
     assert NonDecomposableClassifier("pauc", fit_intercept=False).fit(raw, y).intercept_[0] == 0.0
 
 
-def test_the_pointwise_candidate_learns_an_intercept_the_pairwise_ones_do_not():
-    """logloss is not invariant to a shift of the scores: without an intercept it would spend ``w`` on
-    the class prior (on rare positives and centred features its ranking collapses). Pairwise and
-    structural candidates need none (F1's own keeps its threshold)."""
+def test_the_candidates_whose_loss_sees_the_scores_level_learn_an_intercept_the_others_do_not():
+    """logloss and the squared hinge on squashed scores ``sigma(s)`` are not invariant to a shift of the
+    scores: without an intercept logloss would spend ``w`` on the class prior (on rare positives and
+    centred features its ranking collapses) and the squashed loss would centre every buffer's scores
+    on ``sigma``'s midpoint. The other pairwise and the structural candidates need none (F1's own
+    keeps its threshold)."""
     for measure in ("pauc", "f1"):
         cfg = TrainConfig.from_params(measure=measure).resolve(n_features=4, n_rows=1000, mean_sq_norm=4.0,
                                                                n_validation=100)
+        assert any(c.loss.params().get("surrogate") == "sigmoid" for c in cfg.candidates)
         for c in cfg.candidates:
-            want = c.loss.name == "logloss" or (measure == "f1" and c.loss.name == "f1")
+            want = c.loss.name == "logloss" or c.loss.params().get("surrogate") == "sigmoid" or (
+                measure == "f1" and c.loss.name == "f1")
             assert c.learn_b == want, c.name
         off = TrainConfig.from_params(measure=measure, fit_intercept=False).resolve(
             n_features=4, n_rows=1000, mean_sq_norm=4.0, n_validation=100)
@@ -252,9 +257,11 @@ def test_the_pointwise_candidate_learns_an_intercept_the_pairwise_ones_do_not():
     est = NonDecomposableClassifier("pauc", random_state=0, n_passes=3).fit(X, y)
     st_ = est._state
     logloss = [j for j, c in enumerate(est.config_.candidates) if c.loss.name == "logloss"]
-    pairwise = [j for j, c in enumerate(est.config_.candidates) if c.loss.name != "logloss"]
+    pairwise = [j for j, c in enumerate(est.config_.candidates) if c.loss.shift_invariant]
+    squashed = [j for j, c in enumerate(est.config_.candidates) if c.loss.params().get("surrogate") == "sigmoid"]
     assert np.all(st_.b[logloss] < 0.0)
     assert np.all(st_.b[pairwise] == 0.0)
+    assert np.count_nonzero(st_.b[squashed]) == len(squashed) == 5
 
 
 def test_smooth_candidates_step_a_constant_eta_where_the_fit_chooses_it():

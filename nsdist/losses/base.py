@@ -31,6 +31,12 @@ class Loss(ABC):
     #: the loss has a Lipschitz gradient in the scores (the selection steps such candidates with a
     #: constant step; docs/solvers.md §Selection)
     smooth: bool = False
+    #: adding a constant to every score leaves the subgradient ``dl/ds`` unchanged, so training an
+    #: intercept adds nothing (the pairwise losses of score differences; Prec@k's and PRBEP's
+    #: structural losses, whose labellings all have the same number of positives).  False where the
+    #: level of the scores matters: F1, the point-wise logistic loss, the squared hinge on squashed
+    #: scores ``sigma(s)``; a candidate of such a loss learns an intercept (docs/solvers.md §Selection)
+    shift_invariant: bool = True
 
     @abstractmethod
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:

@@ -70,6 +70,11 @@ class PartialAUCLoss(Loss):
         """Every ``phi`` but the hinge is smooth (for ``beta < 1``, between changes of the top negatives)."""
         return self.surrogate != "hinge"
 
+    @property
+    def shift_invariant(self) -> bool:  # type: ignore[override]
+        """A function of the score differences, except the squashed scores' ``sigma(s + b)`` (``"sigmoid"``)."""
+        return self.surrogate != "sigmoid"
+
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)
         dscore = np.zeros(s.shape[0])

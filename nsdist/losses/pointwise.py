@@ -27,6 +27,7 @@ class LogLoss(Loss):
 
     name = "logloss"
     smooth = True
+    shift_invariant = False
 
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)

@@ -260,6 +260,7 @@ class F1Loss(Loss):
     """
 
     name = "f1"
+    shift_invariant = False
 
     def value_and_dscore(self, s: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)

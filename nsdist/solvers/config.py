@@ -54,9 +54,11 @@ STEP_SCALES = (0.1, 1.0, 10.0, 100.0, 1000.0)
 PAIRWISE_SURROGATES = ("hinge", "logistic", "squared_hinge", "sigmoid")
 #: ranking candidates for the thresholded / structural measures: (loss name, params); each costs
 #: O(n log n) a buffer like the measure's own surrogate (the AUC logistic pair sum, O(n+ n-), cost
-#: more than the rest of the population together: 40% of an F1 fit's first pass on a 10%-positive set)
+#: more than the rest of the population together: 40% of an F1 fit's first pass on a 10%-positive set);
+#: the squashed scores' pAUC loss is the bounded, non-convex one-way pAUC loss of Zhu et al. (2022)
+#: (docs/surrogates.md §Ranking candidates)
 RANKING_CANDIDATES = (("auc", {"surrogate": "squared_hinge"}), ("pauc", {"beta": 0.1, "surrogate": "hinge"}),
-                      ("logloss", {}))
+                      ("pauc", {"beta": 0.1, "surrogate": "sigmoid"}), ("logloss", {}))
 #: ranking candidates beside the pairwise measures' own surrogates
 PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
 #: the losses trained with both step schedules where the fit chooses the step: the point-wise loss is
@@ -117,11 +119,6 @@ class Candidate:
     def describe(self) -> dict:
         return {"name": self.name, "loss": self.loss.name, **self.loss.params(), "eta": self.eta,
                 "step_scale": self.step_scale, "schedule": "eta" if self.constant else "eta/sqrt(e)"}
-
-
-def loss_is_shift_invariant(loss: Loss) -> bool:
-    """The loss depends on the scores' differences only (pairwise and structural ones), not on a shift."""
-    return loss.name != "logloss"
 
 
 def _schedules(loss: Loss, *, chosen: bool) -> tuple[bool, ...]:
@@ -309,9 +306,9 @@ class TrainConfig:
             else:
                 loss = losses.get(name, **params)
             label = name if (own and not measure.pairwise) or "surrogate" not in params else f"{name}/{params['surrogate']}"
-            # F1's own surrogate learns its threshold; the point-wise loss is not invariant to a
-            # shift of the scores, so without an intercept it spends w on the class prior
-            learn_b = bool(((own and measure.thresholded) or not loss_is_shift_invariant(loss)) and self.fit_intercept)
+            # F1's own surrogate learns its threshold; a loss that sees the scores' level (the point-wise
+            # loss, the squashed scores: Loss.shift_invariant False) needs an intercept
+            learn_b = bool(((own and measure.thresholded) or not loss.shift_invariant) and self.fit_intercept)
             for constant in _schedules(loss, chosen=self.eta is None):
                 for c in scales:
                     eta = float(self.eta) if c is None else c / float(mean_sq_norm)

@@ -35,7 +35,7 @@ __all__ = ["Selection", "f1_threshold", "REDUCTION"]
 
 #: successive halving keeps the best ``ceil(n / REDUCTION)`` of ``n`` live candidates at a check
 #: (Hyperband's default reduction factor, Li et al. 2018: the population is down to one after
-#: ``log_3 n`` checks -- 3 or 4 for 25-30 candidates, not 5 as with halves)
+#: ``log_3 n`` checks -- 4 for 30 candidates, not 5 as with halves)
 REDUCTION = 3
 
 
