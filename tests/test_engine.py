@@ -149,6 +149,30 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
     assert model.history["validation_rows"] == est._validation[0].shape[0]
 
 
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parquet, prefetch):
+    """docs/engine.md §Partition chain: load ``j`` starts after step ``j - g`` ends, ``g = min(prefetch + 1, worker
+    threads)`` (the gate that makes a one-thread worker step the block it holds before it loads another); loads
+    still run ahead of the chain."""
+    from distributed import get_task_stream
+
+    url, _, _ = letter_parquet
+    with get_task_stream(cluster) as ts:
+        model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
+                      random_state=7)
+    spans = {}
+    for t in ts.data:
+        kind = str(t["key"]).split("-")[1]
+        for ss in t["startstops"]:
+            if ss["action"] == "compute" and kind in ("load", "step"):
+                spans[kind, int(str(t["key"]).rsplit("-", 1)[1])] = (ss["start"], ss["stop"])
+    n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
+    gap = min(prefetch + 1, threads)
+    assert model.history["rows_seen"] == 3 * 16000 and sorted(j for k, j in spans if k == "step") == list(range(n))
+    assert all(spans["load", j][0] >= spans["step", j - gap][1] for j in range(gap, n))
+    assert any(spans["load", j][0] < spans["step", j - 1][1] for j in range(1, n))    # loaded ahead of the chain
+
+
 def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
     url, _, _ = letter_parquet
     a = train(url, client=cluster, measure="pauc", solver="1pmb", n_passes=2, random_state=5)

@@ -62,8 +62,10 @@ class ChainConfig:
                         self.dtype, scaling, self.n_chains)
 
 
-def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig):
+def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None):
     """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
+
+    ``after`` is not used: a result the load must wait for (:meth:`PartitionChain.run`'s gate).
 
     One gathering copy (:meth:`Dataset.read_block`): the same values, to the bit, as
     ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``, in the kernel's (Fortran) order.
@@ -160,6 +162,8 @@ class PartitionChain:
         Partitions loaded ahead of the chain (the memory bound: at most
         ``prefetch + 1`` partitions are held by the workers at once; in
         data-parallel mode, the rounds of ``max(1, prefetch // K) + 1`` rounds).
+        With a narrow state, load ``j`` of the sequential chain also waits for
+        step ``j - min(prefetch + 1, worker threads)`` (docs/engine.md §Partition chain).
     on_step : callable, optional
         Called with a :class:`ChainProgress` after each completed step, in order
         (progress bars, checkpoints).
@@ -251,15 +255,24 @@ class PartitionChain:
                 prev = client.scatter(self._state, workers=[home], hash=False)
         nxt = self._pos
         per_round = max(1, cfg.n_chains)
+        depth = max(1, self.prefetch // per_round)
+        # The sequential chain's gate: load j waits for step j - g, g = min(prefetch + 1, worker threads) (its
+        # small state: the load then goes to the least busy worker, usually the one that just stepped).  With
+        # two one-thread workers each then loads, steps the block it holds, loads the next ...; ungated, a
+        # worker had started its next load when its block's step became ready, and the step waited behind it
+        # (a whole load: 100-250 ms at 125k x 100 float32) while the other worker idled.
+        threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        gates: deque[Future] = deque(maxlen=min(depth + 1, threads or depth + 1))
         try:
             while self._pos < self._stop:
                 # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
-                while nxt < self._stop and len(inflight) <= max(1, self.prefetch // per_round):
+                while nxt < self._stop and len(inflight) <= depth:
                     end = self._round_end[nxt]
+                    gate = gates[0] if len(gates) == gates.maxlen else None
                     results = []
                     for i in range(nxt, end + 1):
                         s = steps[i]
-                        block = client.submit(load_block, ds, s.block, s.pass_index, spec,
+                        block = client.submit(load_block, ds, s.block, s.pass_index, spec, gate,
                                               key=f"nsdist-load-{token}-{i}", retries=2,
                                               **(first_load if i == self._pos else {}))
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
@@ -274,6 +287,8 @@ class PartitionChain:
                         summary = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
                                                 priority=3)
                     inflight.append((end, prev, results, summary))
+                    if self._gather and per_round == 1:
+                        gates.append(prev)
                     nxt = end + 1
                     if nxt == len(steps) and self.on_loads_done is not None:
                         self.on_loads_done()
