@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 from nsdist._names import NameRange
 from nsdist.data import Dataset, ingest
-from nsdist.data.layout import choose_layout
+from nsdist.data.layout import choose_layout, sparse_matrix
 from nsdist.engine.evaluate import evaluate_dataset
 from nsdist.engine.scaling import Scaling, feature_scaling
 from nsdist.engine.scores import evaluate_sparse_input
@@ -166,6 +166,9 @@ BAD_ROWS = [
     ([[0, 1], None], [[1.0, 1.0], [1.0]], "row 1: 'indices' is missing (null)"),
     ([[0, 1], [2, None]], [[1.0, 1.0], [1.0, 1.0]], "row 1: 'indices' holds a missing (null) entry"),
     ([[0, 1], [2]], [[1.0, float("nan")], [1.0]], "row 0: feature 'x1' = nan is not finite"),
+    ([[3, 1], [], [0, 7]], [[1.0, 1.0], [], [1.0, 1.0]], "row 2: feature index 7 is outside [0, 5)"),
+    ([[0, 9, 2]], [[1.0, 1.0, 1.0]], "row 0: feature index 9 is outside [0, 5)"),
+    ([[4], [], [0, 3, 3]], [[1.0], [], [1.0, 1.0, 1.0]], "row 2: duplicate feature index 3 after 3"),
 ]
 
 
@@ -180,6 +183,47 @@ def test_malformed_sparse_rows_are_refused_with_their_location(tmp_path, indices
         ds.read_partition(1)
     with pytest.raises(ValueError, match=re.escape(where)):
         ds.read_partition(1, sparse=False)
+
+
+def _chunked_table(batches, index_type, value_type) -> pa.Table:
+    """A table of one record batch per ``(indices, values)`` pair: list columns of several chunks."""
+    return pa.Table.from_batches([
+        pa.record_batch([pa.array(i, pa.list_(index_type)), pa.array(v, pa.list_(value_type))],
+                        names=["indices", "values"]) for i, v in batches])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_type", [pa.int32(), pa.int64()])
+def test_sparse_matrix_of_several_chunks_and_other_types(index_type, dtype):
+    """Chunks are joined, int64 indices and float32 values cast; the matrix is canonical (sorted, no
+    duplicates), its indices int32, its values ``dtype``."""
+    table = _chunked_table([([[0, 4], []], [[1.5, -2.0], []]), ([[1], [2, 3, 4]], [[3.0], [0.25, 4.0, -1.0]])],
+                           index_type, pa.float32())
+    X = sparse_matrix(table, 5, dtype, "t")
+    expected = np.array([[1.5, 0, 0, 0, -2], [0] * 5, [0, 3, 0, 0, 0], [0, 0, 0.25, 4, -1]])
+    np.testing.assert_array_equal(X.toarray(), expected)
+    assert X.dtype == dtype and X.indices.dtype == np.int32 and X.indptr.dtype == np.int32
+    assert X.has_sorted_indices and X.has_canonical_format
+
+
+@pytest.mark.parametrize("index_type", [pa.int32(), pa.int64()])
+@pytest.mark.parametrize("batches, message", [
+    ([([[0, 1]], [[1.0, 1.0]]), ([[3], [2, 1]], [[1.0], [1.0, 1.0]])], "t: row 2: unsorted feature indices: 1 after 2"),
+    ([([[2, 1]], [[1.0, 1.0]]), ([[3], [5]], [[1.0], [1.0]])], "t: row 2: feature index 5 is outside [0, 5)"),
+    ([([[0]], [[1.0]]), ([[1], [2]], [[1.0], [float("inf")]])], "t: row 2: feature 'x2' = inf is not finite"),
+])
+def test_sparse_matrix_names_the_row_across_chunks(index_type, batches, message):
+    """Rows are counted over the chunks."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sparse_matrix(_chunked_table(batches, index_type, pa.float64()), 5, np.float64, "t")
+
+
+def test_an_int64_index_that_int32_would_wrap_is_refused():
+    """2^32 + 1 is 1 in int32: the range is checked before the indices are cast."""
+    table = _chunked_table([([[0, 1]], [[1.0, 1.0]]), ([[4], [2, 2**32 + 1]], [[1.0], [1.0, 1.0]])],
+                           pa.int64(), pa.float64())
+    with pytest.raises(ValueError, match=re.escape("t: row 2: feature index 4294967297 is outside [0, 5)")):
+        sparse_matrix(table, 5, np.float64, "t")
 
 
 def test_sparse_metadata_name_range_and_its_checks(tmp_path):

@@ -183,6 +183,25 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
     assert np.array_equal(out["lazy"].W_sum[:, 1], 3 * W0[:, 1])
 
 
+def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):
+    """The block's ``W_sum += n W`` in slices of FINISH_ROWS rows (one not dividing d, a frozen candidate):
+    the same bits as in one piece."""
+    import nsdist.solvers.lazy as lazy
+    from nsdist.solvers.kernel import SGDState, run_epochs
+
+    X, y = _wide(n=600, seed=3)
+    population = _population(X.shape[1], X.shape[0])
+    start = SGDState.zeros(X.shape[1], len(population))
+    start.alive[2] = False
+    out = []
+    for rows in (X.shape[1], 1000):
+        monkeypatch.setattr(lazy, "FINISH_ROWS", rows)
+        out.append(run_epochs(start, X, y, population, buffer_size=100)[0])
+    assert out[0].epoch > 0
+    np.testing.assert_array_equal(out[1].W, out[0].W)
+    np.testing.assert_array_equal(out[1].W_sum, out[0].W_sum)
+
+
 def test_dense_or_lazy_is_chosen_by_the_buffer_density():
     from nsdist.solvers.lazy import LAZY_FEATURES, use_lazy
 

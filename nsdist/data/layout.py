@@ -167,14 +167,19 @@ def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str
     the matrix's: ``dtype`` values, int32 indices while ``max(d, nnz) < 2^31``).
     The checks: both lists present and of equal length in every row, no missing
     entry, every index in ``[0, d)`` and strictly increasing within its row (no
-    duplicates), every value finite.
+    duplicates), every value finite.  When all is well the non-zeros are read
+    twice: each index compared with the one before it (the rows' first entries
+    exempt), then the values' sum of squares (BLAS's dot); the range is read off
+    the rows' first and last indices.  Indices of another integer type are
+    range-checked before the cast (which could wrap them) and copied.
 
     Raises
     ------
     ValueError
         ``"<where>: row r: ..."`` naming the first offending row (0-based) and
         what is wrong with it; a non-finite value also names its feature
-        (``names[j]``, or ``x{j}``).
+        (``names[j]``, or ``x{j}``).  An index outside ``[0, d)`` is reported
+        before unsorted or duplicate indices anywhere in the table.
     """
     dtype = np.dtype(dtype)
     d, n = int(n_features), table.num_rows
@@ -193,19 +198,16 @@ def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str
     itype = np.int32 if max(d, nnz) < 2**31 else np.int64
     cols = _gather(flat_idx, "indices", itype, nnz, where, row_of, d)
     values = _gather(flat_val, "values", dtype, nnz, where, row_of, None)
-    if nnz > 1:
-        bad = cols[1:] <= cols[:-1]
-        starts = indptr[1:-1]
-        starts = starts[(starts > 0) & (starts < nnz)]
-        bad[starts - 1] = False          # a row's first entry may be anything
-        if bad.any():
-            t = _first(bad) + 1
-            what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
-            raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
-                             "indices must be strictly increasing within a row")
-    # one pass, in the values' own width (a float64 sum of float32 values converts each one): a sum of
-    # finite values is finite unless it overflows (then the exact check decides)
-    if nnz and not np.isfinite(np.add.reduce(values)):
+    bad = _out_of_order(cols, indptr)
+    if bad is not None or not _ends_in_range(cols, indptr, d):
+        _check_range(cols, d, 0, where, row_of)        # ordered rows with in-range ends are in range
+        t = _first(bad) + 1
+        what = "duplicate feature index" if cols[t] == cols[t - 1] else "unsorted feature indices:"
+        raise ValueError(f"{where}: row {row_of(t)}: {what} {cols[t]} after {cols[t - 1]}; "
+                         "indices must be strictly increasing within a row")
+    # one pass in the values' own width (BLAS's dot): the sum of squares of finite values is finite unless
+    # it overflows (then the exact check decides)
+    if nnz and not np.isfinite(np.dot(values, values)):
         finite = np.isfinite(values)
         if not finite.all():
             t = _first(~finite)
@@ -213,13 +215,40 @@ def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str
             name = names[j] if names is not None else f"x{j}"
             raise ValueError(f"{where}: row {row_of(t)}: feature {name!r} = {values[t]} is not finite")
     X = sp.csr_matrix((values, cols, indptr.astype(itype, copy=False)), shape=(n, d), copy=False)
-    X.has_sorted_indices = True
+    X.has_sorted_indices = X.has_canonical_format = True       # checked above: scipy need not scan again
     return X
+
+
+def _out_of_order(cols: np.ndarray, indptr: np.ndarray) -> np.ndarray | None:
+    """``None`` if every row's indices are strictly increasing; else the mask of the entries ``t + 1``
+    not above entry ``t`` in the same row."""
+    nnz = cols.shape[0]
+    if nnz < 2:
+        return None
+    bad = cols[1:] <= cols[:-1]
+    starts = indptr[1:-1]
+    bad[starts[(starts > 0) & (starts < nnz)] - 1] = False      # a row's first entry may be anything
+    return bad if bad.any() else None
+
+
+def _ends_in_range(cols: np.ndarray, indptr: np.ndarray, d: int) -> bool:
+    """Whether every non-empty row's first index is ``>= 0`` and its last ``< d``: all of a row's
+    indices when they increase."""
+    filled = np.flatnonzero(indptr[1:] > indptr[:-1])
+    return filled.shape[0] == 0 or bool(cols[indptr[filled]].min() >= 0 and cols[indptr[filled + 1] - 1].max() < d)
+
+
+def _check_range(a: np.ndarray, d: int, offset: int, where: str, row_of) -> None:
+    """Raise for the first index of ``a`` (entries ``offset ..`` of the table) outside ``[0, d)``."""
+    if a.size and (a.min() < 0 or a.max() >= d):
+        t = _first((a < 0) | (a >= d))
+        raise ValueError(f"{where}: row {row_of(offset + t)}: feature index {a[t]} is outside [0, {d})")
 
 
 def _gather(flats: list, name: str, dtype: np.dtype, nnz: int, where: str, row_of, d: int | None) -> np.ndarray:
     """The chunks' flat child values as one array of ``dtype`` (a view when there is one chunk of that
-    type); ``d``: indices, checked to lie in ``[0, d)`` before any cast."""
+    type); ``d``: indices, checked to lie in ``[0, d)`` before a cast to another type (which could wrap
+    them; without a cast :func:`sparse_matrix` checks the range)."""
     parts, offset = [], 0
     for flat in flats:
         if flat.null_count:
@@ -229,9 +258,8 @@ def _gather(flats: list, name: str, dtype: np.dtype, nnz: int, where: str, row_o
             a = _numpy(flat)
         else:                                   # decimals, booleans: Arrow's cast
             a = np.asarray(pc.cast(flat, pa.from_numpy_dtype(dtype), safe=False).to_numpy(zero_copy_only=False))
-        if d is not None and a.size and (a.min() < 0 or a.max() >= d):
-            t = _first((a < 0) | (a >= d))
-            raise ValueError(f"{where}: row {row_of(offset + t)}: feature index {a[t]} is outside [0, {d})")
+        if d is not None and a.dtype != dtype:
+            _check_range(a, d, offset, where, row_of)
         parts.append(a)
         offset += a.size
     if len(parts) == 1 and parts[0].dtype == dtype and parts[0].flags.writeable:

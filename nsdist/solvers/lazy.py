@@ -23,11 +23,12 @@ of 2^20), and every other weight stays as it is.  :class:`LazyWeights` does
   may include add zeros): their entries are gathered from the buffer's arrays
   and re-indexed to the ``|T|`` features they touch.  A CSR product sums each
   row, and each feature of the transposed product, in the stored order whatever
-  the column numbering, so the scores, the gradient and the iterate ``W`` are
-  the dense update's **bit for bit**; an untouched weight has gradient 0 and the
-  dense step leaves it as it is.  An epoch buffer is a view of the block's
-  arrays (:func:`row_slice`) and a step builds one small matrix, not scipy's
-  row selection of the buffer.
+  the column numbering; ``np.add.at`` (one candidate) adds the entries in that
+  order too; so the scores, the gradient and the iterate ``W`` are the dense
+  update's **bit for bit**; an untouched weight has gradient 0 and the dense
+  step leaves it as it is.  An epoch buffer is a view of the block's arrays
+  (:func:`row_slice`); a step of one candidate builds no matrix, one of several
+  one small matrix, never scipy's row selection of the buffer.
 * **The iterate sum, lazily.**  Over a block that starts at epoch ``e0`` with
   iterate ``W0`` and takes steps ``Delta_1 .. Delta_n`` (local epochs
   ``t = 1..n``), the iterates ``W_t = W0 + sum_{u<=t} Delta_u`` add up to
@@ -55,6 +56,8 @@ LAZY_FEATURES = 1 << 12
 #: that for a population).  Measured on text-like rows (Zipf frequencies): lazy over dense 1.3x at 0.5 d and
 #: 1.2x at 0.95 d for one candidate (0.64x at 1.9 d), 2x at 1.9 d and 1.1x at 3.8 d for 20 candidates
 LAZY_FRACTION = 1.0
+#: rows of ``W`` scaled at a time when a block's iterate sum is completed (:meth:`LazyWeights.finish`)
+FINISH_ROWS = 1 << 15
 
 
 def use_lazy(X, n_candidates: int, buffer_size: int, radius: float | None) -> bool:
@@ -114,15 +117,15 @@ class LazyWeights:
         # the state is the kernel's own copy: with every candidate alive, update its W in place
         self.W = st.W if self.whole else st.W[:, cols]
         self.W_sum = st.W_sum if self.whole else st.W_sum[:, cols]     # + sum_t (1 - t) Delta_t as it goes
+        # one candidate: vectors (views), for numpy's one-dimensional indexing and scipy's matrix-vector loop
+        self._w, self._w_sum = (self.W[:, 0], self.W_sum[:, 0]) if self.W.shape[1] == 1 else (self.W, self.W_sum)
         self.slot = np.empty(self.W.shape[0], dtype=np.int32)
         self._wc, self._wc_copy = None, False
 
     def _cast(self, dtype: np.dtype) -> np.ndarray:
-        """``W`` in the rows' float width (a view for float64, kept up to date by :meth:`step` otherwise);
-        a vector for one candidate, so that scipy takes its matrix-vector loop."""
+        """``W`` in the rows' float width (a view for float64, kept up to date by :meth:`step` otherwise)."""
         if self._wc is None or self._wc.dtype != dtype:
-            W = self.W[:, 0] if self.W.shape[1] == 1 else self.W
-            self._wc, self._wc_copy = (W, False) if W.dtype == dtype else (W.astype(dtype), True)
+            self._wc, self._wc_copy = (self._w, False) if self._w.dtype == dtype else (self._w.astype(dtype), True)
         return self._wc
 
     def scores(self, Xe) -> np.ndarray:
@@ -146,32 +149,44 @@ class LazyWeights:
 
         The rows' entries are gathered from the buffer's arrays (their row pointers from
         ``dS``'s non-zero rows, no scipy row selection) and re-indexed to the ``|T|``
-        features they touch; the product is scipy's ``X.T @ dS`` on that ``rows x |T|``
-        matrix, which sums each feature in row order as the dense update's does.
+        features they touch.  The gradient is each feature's sum of its entries times
+        their rows' ``dS``, added in row order in the rows' width, as scipy's ``X.T @ dS``
+        adds them: for one candidate by ``np.add.at`` (one entry after the other, and
+        no matrix built), for several by scipy's product on the ``rows x |T|`` matrix.
         """
-        import scipy.sparse as sp
-
-        nz = np.flatnonzero(dS[:, 0] if dS.shape[1] == 1 else np.any(dS != 0, axis=1))
+        one = self._w.ndim == 1
+        nz = np.flatnonzero(dS[:, 0] if one else np.any(dS != 0, axis=1))
         if nz.shape[0] == 0:
             return
         starts = Xe.indptr[nz]
         lengths = Xe.indptr[nz + 1] - starts
-        indptr = np.zeros(nz.shape[0] + 1, dtype=np.intp)
-        np.cumsum(lengths, out=indptr[1:])
-        entries = np.arange(indptr[-1]) + np.repeat(starts - indptr[:-1], lengths)   # the rows' entries, in order
+        ends = np.cumsum(lengths)
+        entries = np.arange(ends[-1]) + np.repeat(starts - (ends - lengths), lengths)   # the rows' entries, in order
         touched, local = self._touched(Xe.indices[entries])
-        Xs = sp.csr_matrix((Xe.data[entries], local, indptr), shape=(nz.shape[0], touched.shape[0]), copy=False)
-        coeffs = dS[nz, 0] if dS.shape[1] == 1 else dS[nz]
-        g = np.asarray(Xs.T @ coeffs.astype(Xs.dtype)).astype(np.float64, copy=False)
-        delta = -g.reshape(touched.shape[0], -1) * step
-        self.W[touched] += delta
-        self.W_sum[touched] += (1 - (self.st.epoch - self.e0)) * delta
+        if one:
+            g = np.zeros(touched.shape[0], dtype=Xe.dtype)
+            np.add.at(g, local, Xe.data[entries] * np.repeat(dS[nz, 0].astype(Xe.dtype), lengths))
+            delta = g.astype(np.float64) * -step[0]
+        else:
+            import scipy.sparse as sp
+
+            Xs = sp.csr_matrix((Xe.data[entries], local, np.concatenate(([0], ends))),
+                               shape=(nz.shape[0], touched.shape[0]), copy=False)
+            delta = np.asarray(Xs.T @ dS[nz].astype(Xe.dtype)).astype(np.float64) * -step
+        w = self._w[touched] + delta
+        self._w[touched] = w
+        self._w_sum[touched] += (1 - (self.st.epoch - self.e0)) * delta
         if self._wc_copy:
-            self._wc[touched] = self.W[touched, 0] if self._wc.ndim == 1 else self.W[touched]
+            self._wc[touched] = w                         # cast to the rows' width as astype does
 
     def finish(self) -> None:
+        """``W_sum += n W_n`` (``sum_t W_t = n W_n + sum_t (1 - t) Delta_t``) in slices of
+        :data:`FINISH_ROWS` rows, without a temporary of ``W``'s size; ``W``, ``W_sum`` into the state."""
         n = self.st.epoch - self.e0
         if n:
-            self.W_sum += self.W * float(n)               # sum_t W_t = n W_n + sum_t (1 - t) Delta_t
+            scaled = np.empty((min(FINISH_ROWS, self.W.shape[0]), self.W.shape[1]))
+            for a in range(0, self.W.shape[0], FINISH_ROWS):
+                part = np.multiply(self.W[a:a + FINISH_ROWS], float(n), out=scaled[:self.W.shape[0] - a])
+                self.W_sum[a:a + FINISH_ROWS] += part
         if not self.whole:
             self.st.W[:, self.cols], self.st.W_sum[:, self.cols] = self.W, self.W_sum
