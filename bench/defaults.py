@@ -502,7 +502,7 @@ def report(cells: dict, meta: dict) -> str:
         "## Fit seconds (median over splits)\n\n"
         "Plain LR is fitted once per split (the same model serves the three measures); nsdist once per measure. "
         "Timings come from processes sharing 2 cores with other jobs (load average above), so they are noisy.\n\n"
-        + timing_table(cells) + timing_check_text(meta.get("timing_check")) +
+        + timing_table(cells) + timing_check_text(meta.get("timing_check"), meta.get("timing_check_history", [])) +
         "\n## What each candidate costs\n\n"
         "A fit's seconds split over its candidates by `selection_`'s `cost_share` (the steps each was alive for, "
         "over all candidates' steps), summed over the step scales of a family (`/const`: constant steps). Each "
@@ -519,8 +519,12 @@ def report(cells: dict, meta: dict) -> str:
     )
 
 
-def timing_check(datasets: tuple[str, ...], n_splits: int) -> dict:
-    """Plain LR and default nsdist fit seconds, one process, one fit after the other (no CP, no other method)."""
+def timing_check(datasets: tuple[str, ...], n_splits: int, note: str = "") -> dict:
+    """Plain LR and default nsdist fit seconds, one process, one fit after the other (no CP, no other method).
+
+    The result is dated (UTC) and carries ``note`` (what was timed, e.g. the commit), so that successive
+    checks can be told apart in ``timing_check_history``.
+    """
     from nsdist import NonDecomposableClassifier
 
     load0, rows = os.getloadavg()[0], {}
@@ -540,22 +544,38 @@ def timing_check(datasets: tuple[str, ...], n_splits: int) -> dict:
                       "ratio": {m: float(np.median(v)) / lr_med for m, v in ns.items()}}
         print(f"timing {name}: LR {lr_med:.2f} s, ratios "
               + " / ".join(f"{r:.1f}" for r in rows[name]["ratio"].values()), file=sys.stderr, flush=True)
-    return {"n_splits": n_splits, "loadavg_start": load0, "loadavg_end": os.getloadavg()[0], "by_data": rows}
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "note": note, "n_splits": n_splits,
+            "loadavg_start": load0, "loadavg_end": os.getloadavg()[0], "by_data": rows}
 
 
-def timing_check_text(tc: dict | None) -> str:
+def _timing_rows(tc: dict) -> list[str]:
+    """One table row per data set of a timing check: LR median, nsdist medians, ratios."""
+    return [f"| {name} | {r['lr_median']:.3f} | "
+            + " / ".join(f"{float(np.median(v)):.3f}" for v in r["nsdist_seconds"].values()) + " | "
+            + " / ".join(f"{v:.1f}" for v in r["ratio"].values()) + " |" for name, r in tc["by_data"].items()]
+
+
+def _timing_title(tc: dict) -> str:
+    """``date, note`` of a timing check (checks before dating began: "undated")."""
+    return ", ".join(x for x in (tc.get("date") or "undated", tc.get("note")) if x)
+
+
+def timing_check_text(tc: dict | None, history: list[dict] = ()) -> str:
+    """The latest timing check as a table, then the earlier ones (``timing_check_history``), newest first."""
     if not tc:
         return ""
-    lines = [f"\nTiming check (`python bench/defaults.py --timing-check`): plain LR and default nsdist "
-             f"only, in one process, one fit after the other, {tc['n_splits']} splits (load average "
+    head = ("| data | LR s (median) | nsdist s: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) +
+            " | ratio: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) + " |")
+    lines = [f"\nTiming check (`python bench/defaults.py --timing-check`; {_timing_title(tc)}): plain LR and "
+             f"default nsdist only, in one process, one fit after the other, {tc['n_splits']} splits (load average "
              f"{tc['loadavg_start']:.1f} at start / {tc['loadavg_end']:.1f} at the end). The target is judged on the "
-             "table above; this shows how much of the ratio is contention.\n",
-             "| data | LR s (median) | nsdist s: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) +
-             " | ratio: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) + " |", "|---|---|---|---|"]
-    for name, r in tc["by_data"].items():
-        lines.append(f"| {name} | {r['lr_median']:.3f} | "
-                     + " / ".join(f"{float(np.median(v)):.2f}" for v in r["nsdist_seconds"].values()) + " | "
-                     + " / ".join(f"{v:.1f}" for v in r["ratio"].values()) + " |")
+             "table above; this shows how much of the ratio is contention.\n", head, "|---|---|---|---|",
+             *_timing_rows(tc)]
+    if history:
+        lines += ["\nEarlier timing checks (same protocol), newest first:"]
+        for old in reversed(history):
+            lines += [f"\n*{_timing_title(old)}* (load average {old['loadavg_start']:.1f} / "
+                      f"{old['loadavg_end']:.1f})\n", head, "|---|---|---|---|", *_timing_rows(old)]
     return "\n".join(lines) + "\n"
 
 
@@ -596,13 +616,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replot", action="store_true", help="rebuild defaults.md from OUT/defaults.json")
     parser.add_argument("--timing-check", action="store_true",
                         help="re-time plain LR and default nsdist alone (one process) on --datasets and add the "
-                             "result to OUT/defaults.{json,md}")
+                             "result to OUT/defaults.{json,md} (the previous check moves to the history)")
+    parser.add_argument("--note", default="", help="--timing-check: what is timed (e.g. the commit), shown with it")
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     if args.timing_check:
         payload = json.loads((args.out / "defaults.json").read_text())
         names = tuple(args.datasets.split(",")) if args.datasets else DATASETS
-        payload["meta"]["timing_check"] = timing_check(names, args.splits)
+        previous = payload["meta"].get("timing_check")
+        if previous:
+            payload["meta"].setdefault("timing_check_history", []).append(previous)
+        payload["meta"]["timing_check"] = timing_check(names, args.splits, args.note)
         publish(args.out, payload["meta"], payload["runs"])
         return
     if args.replot:
