@@ -283,9 +283,9 @@ def test_read_partition_stays_c_ordered_and_vector_blocks_are_fortran_ordered(tm
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])
 def test_take_rows_is_x_rows_in_fortran_order(dtype, layout):
-    """The in-memory solvers' gather (nsdist.data.dense.take_rows): ``X[rows]``'s values, Fortran-ordered, from
+    """The in-memory solvers' gather (nsdist.solvers.blocks.take_rows): ``X[rows]``'s values, Fortran-ordered, from
     any layout, over several of its chunks (TAKE_BYTES), in any order, with repeats and none."""
-    from nsdist.data.dense import TAKE_BYTES, take_rows
+    from nsdist.solvers.blocks import TAKE_BYTES, take_rows
 
     n, d = 3 * TAKE_BYTES // (7 * np.dtype(dtype).itemsize) + 11, 7
     X = RNG.normal(size=(n, 2 * d)).astype(dtype)
@@ -300,7 +300,7 @@ def test_take_rows_is_x_rows_in_fortran_order(dtype, layout):
 
 def test_gather_block_is_fortran_ordered_x_rows_without_a_transposing_copy():
     """gather_block returns the transpose of its (d, m) gathering buffer: Fortran order, no second copy."""
-    from nsdist.data.dense import gather_block
+    from nsdist.solvers.blocks import gather_block
 
     X = RNG.normal(size=(500, 6)).astype(np.float32)
     rows = RNG.permutation(500)[:321]

@@ -103,7 +103,7 @@ def test_engine_equals_in_memory_solver(cluster, letter_parquet, letter_parquet_
 @pytest.mark.parametrize("solver", ["1pmb", "2pmb"])
 def test_engine_equals_in_memory_solver_float32_wide_one_candidate(cluster, tmp_path, solver):
     """One candidate on float32 files of 60 columns, standardised: the engine's Fortran-ordered blocks (gathered,
-    shifted and scaled in one copy) and the estimator's (nsdist.data.dense.take_rows) give the same model and
+    shifted and scaled in one copy) and the estimator's (nsdist.solvers.blocks.take_rows) give the same model and
     cut to the bit.  A one-candidate product is a matrix-vector product, which sums in another order on C- and
     Fortran-ordered rows: both paths must hand the kernel the same layout."""
     rng = np.random.default_rng(8)

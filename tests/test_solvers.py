@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 from scipy.optimize import minimize
 
-from nsdist.data.dense import gather_block
+from nsdist.solvers.blocks import gather_block
 from nsdist.solvers.cp import cutting_plane, loss_and_grad
 from nsdist.solvers.ftrl import FTRL, ftrl
 from nsdist.solvers.history import History
@@ -127,7 +127,7 @@ def test_the_averaged_iterate_is_returned(run):
 @pytest.mark.parametrize("two_pass", [False, True])
 def test_drivers_equal_one_kernel_call_per_block_and_pass(two_pass, gather):
     """What the engine does with one partition: ``run_epochs`` on the pass's ordered block, given as ``X[block]``
-    (C-ordered) or as the engine makes it (Fortran-ordered, :func:`~nsdist.data.dense.gather_block`)."""
+    (C-ordered) or as the engine makes it (Fortran-ordered, :func:`~nsdist.solvers.blocks.gather_block`)."""
     X, y = make_data(n=700)
     loss = make_loss("pauc")
     kw = dict(buffer_size=64, eta=0.3, radius=1.0, fit_intercept=False)

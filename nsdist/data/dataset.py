@@ -36,7 +36,8 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
-from nsdist.data.dense import checked_columns, gather_block, take_rows
+from nsdist.data.dense import checked_columns
+from nsdist.solvers.blocks import gather_block, take_rows
 from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
 from nsdist.solvers.scaling import Scaling
 

@@ -2,7 +2,7 @@
 
 A partition of one numeric column per feature is what users have (Parquet
 written by pandas, Spark, pyarrow).  :func:`checked_columns` and
-:func:`gather_block` turn its Arrow table into the ``(m, d)`` matrix the
+:func:`~nsdist.solvers.blocks.gather_block` turn its Arrow table into the ``(m, d)`` matrix the
 solvers take, in Fortran order (each feature's ``m`` values contiguous: the
 layout of every dense block the epoch kernel steps on,
 :func:`nsdist.solvers.kernel.aligned`), optionally keeping only the rows
@@ -29,9 +29,6 @@ either is the same to the bit.  Errors are the ones
 :meth:`~nsdist.data.columns.FeatureSchema.features` raises, for the same
 first offending cell (nulls first, by column; then the first non-finite
 value in row-major order).
-
-:func:`take_rows` is the same gather for rows already in memory (the
-in-memory solvers' ``X[rows]``), straight into Fortran order.
 """
 from __future__ import annotations
 
@@ -41,12 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["checked_columns", "gather_block", "take_rows", "numpy_of", "column_numpy", "TAKE_BYTES"]
-
-#: :func:`take_rows` gathers a C-ordered matrix this many bytes of rows at a time (at least 256 rows): a chunk
-#: stays in cache while it is written out column by column (1M x 100 float32 rows in stream order: about the
-#: time of the C-ordered ``X[rows]``; column by column from a C-ordered matrix: 5x that)
-TAKE_BYTES = 1 << 18
+__all__ = ["checked_columns", "numpy_of", "column_numpy"]
 
 
 def numpy_of(arr: pa.Array) -> np.ndarray:
@@ -117,7 +109,7 @@ def _first_non_finite(values: list[np.ndarray], bad_columns: list[int], names: S
 
 def checked_columns(table: pa.Table, columns: Sequence[str], names: Sequence[str], dtype,
                     where: str) -> list[np.ndarray]:
-    """The feature columns as 1-D ndarrays of ``dtype``, every row checked (steps 1 of the module docstring).
+    """The feature columns as 1-D ndarrays of ``dtype``, every row checked (step 1 of the module docstring).
 
     Raises
     ------
@@ -131,61 +123,3 @@ def checked_columns(table: pa.Table, columns: Sequence[str], names: Sequence[str
     if bad:
         raise _first_non_finite(values, bad, names, where)
     return values
-
-
-def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = None,
-                 shift: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
-    """The ``(m, d)`` Fortran-ordered block of checked columns (steps 2 and 3 of the module docstring).
-
-    ``rows``: the rows kept, in this order (default: all); ``(x - shift) / scale``
-    in ``dtype`` (``shift`` None: only divided; both None: as read).  The block
-    is the transpose of a C-ordered ``(d, m)`` array: ``X[a:b]`` of it is a view
-    that BLAS multiplies as it is.
-    """
-    dtype = np.dtype(dtype)
-    n = values[0].shape[0] if values else 0
-    if rows is not None:
-        rows = np.asarray(rows, dtype=np.intp)
-        if rows.size and (rows.min() < 0 or rows.max() >= n):
-            raise IndexError(f"rows outside [0, {n})")
-    m = n if rows is None else rows.shape[0]
-    shift = None if shift is None else np.asarray(shift).astype(dtype, copy=False)
-    scale = None if scale is None else np.asarray(scale).astype(dtype, copy=False)
-    block = np.empty((len(values), m), dtype=dtype)
-    for j, v in enumerate(values):
-        row = block[j]
-        if rows is None:
-            row[:] = v
-        else:
-            np.take(v, rows, out=row, mode="clip")      # checked above; "clip" skips a second check
-        if shift is not None:               # while the column is in cache: the same two IEEE operations,
-            row -= shift[j]                 # element by element, as on the whole block
-        if scale is not None:
-            row /= scale[j]
-    return block.T
-
-
-def take_rows(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """``X[rows]`` (default: every row) as a new Fortran-ordered ``(m, d)`` block, in one copy.
-
-    A Fortran-ordered ``X`` is gathered column by column (:func:`gather_block`);
-    any other is gathered :data:`TAKE_BYTES` of rows at a time into a small
-    C-ordered buffer (rows read whole) that is written out column by column
-    while it is in cache.  The values are ``X[rows]``'s, copied.
-    """
-    X = np.asarray(X)
-    n, d = X.shape
-    if X.flags.f_contiguous:
-        return gather_block([X[:, j] for j in range(d)], X.dtype, rows=rows)
-    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.intp)
-    if rows.size and (rows.min() < 0 or rows.max() >= n):
-        raise IndexError(f"rows outside [0, {n})")
-    m = rows.shape[0]
-    out = np.empty((m, d), dtype=X.dtype, order="F")
-    chunk = max(256, TAKE_BYTES // max(1, d * X.dtype.itemsize))
-    buf = np.empty((min(chunk, m), d), dtype=X.dtype)
-    for a in range(0, m, chunk):
-        part = buf[:min(chunk, m - a)]
-        np.take(X, rows[a:a + part.shape[0]], axis=0, out=part, mode="clip")   # checked above
-        out[a:a + part.shape[0]] = part
-    return out

@@ -4,6 +4,7 @@
 module                    holds
 ========================  =============================================================
 :mod:`.kernel`            the epoch kernel ``run_epochs`` for a population of models; ``mix_states``
+:mod:`.blocks`            dense row blocks in the kernel's (Fortran) layout, gathered in one copy
 :mod:`.config`            ``TrainConfig``: the validated, resolved configuration and its candidates
 :mod:`.plan`              the stream plan: holdout, buffers, checks, data-parallel rounds
 :mod:`.select`            in-fit selection: checks, halving, early stopping, plug-in F1

@@ -202,8 +202,8 @@ def aligned(X, order: str = "F"):
 
     Every dense block the kernel steps on is Fortran-ordered (``order="F"``: each
     feature's values contiguous), wherever it comes from: the engine's blocks
-    are made so (:func:`nsdist.data.dense.gather_block`, no copy here), the
-    in-memory solvers gather theirs so (:func:`nsdist.data.dense.take_rows`), and
+    are made so (:func:`nsdist.solvers.blocks.gather_block`, no copy here), the
+    in-memory solvers gather theirs so (:func:`nsdist.solvers.blocks.take_rows`), and
     anything else is copied.  A product with a single column ``w`` (one
     candidate: BLAS's matrix-vector product) sums in another order on the two
     layouts, so the model would otherwise depend on the caller's layout.  A row

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..losses.base import Loss
 from .history import History, Recorder, Validate
-from .kernel import Population, SGDState, run_epochs
+from .kernel import Population, SGDState, aligned, run_epochs
 
 __all__ = ["PSGResult", "psg"]
 
@@ -67,6 +67,7 @@ def psg(X: np.ndarray, y: np.ndarray, loss: Loss, *, eta: float, radius: float |
         Validation measure, recorded after every iteration.
     """
     n = X.shape[0]
+    X = aligned(X)            # the kernel's layout once, not a copy per iteration (kernel.aligned)
     state = SGDState.zeros(X.shape[1])
     population = Population.single(loss, eta, fit_intercept)
     best_loss, best = np.inf, state.model(0, average=False)

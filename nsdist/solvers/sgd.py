@@ -30,9 +30,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.dense import take_rows
 from ..losses.base import Loss
 from .history import History, Recorder, Validate
+from .blocks import take_rows
 from .kernel import Population, SGDState, aligned, epoch_slices, run_epochs
 from .order import reservoir_keys, top_k_indices
 from .plan import Holdout, Step, schedule, stream_order, training_rows

@@ -1,0 +1,79 @@
+"""Dense row blocks in the epoch kernel's layout: Fortran order, gathered in one copy.
+
+Every dense block :func:`~nsdist.solvers.kernel.run_epochs` steps on is
+Fortran-ordered (each feature's values contiguous; :func:`~nsdist.solvers.kernel.aligned`
+says why).  :func:`gather_block` builds such a block from 1-D columns -- the
+Dask engine's read of a partition (:mod:`nsdist.data.dense`), optionally
+keeping the rows of the stream order and standardising on the way -- and
+:func:`take_rows` from a matrix already in memory (the in-memory solvers'
+``X[rows]``), so both drivers hand the kernel the same layout and get the
+same model to the bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["gather_block", "take_rows", "TAKE_BYTES"]
+
+#: :func:`take_rows` gathers a C-ordered matrix this many bytes of rows at a time (at least 256 rows): a chunk
+#: stays in cache while it is written out column by column (1M x 100 float32 rows in stream order: about the
+#: time of the C-ordered ``X[rows]``; column by column from a C-ordered matrix: 5x that)
+TAKE_BYTES = 1 << 18
+
+
+def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = None,
+                 shift: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+    """The ``(m, d)`` Fortran-ordered block of the columns ``values`` (steps 2 and 3 of :mod:`nsdist.data.dense`).
+
+    ``rows``: the rows kept, in this order (default: all); ``(x - shift) / scale``
+    in ``dtype`` (``shift`` None: only divided; both None: as read).  The block
+    is the transpose of a C-ordered ``(d, m)`` array: ``X[a:b]`` of it is a view
+    that BLAS multiplies as it is.
+    """
+    dtype = np.dtype(dtype)
+    n = values[0].shape[0] if values else 0
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.intp)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"rows outside [0, {n})")
+    m = n if rows is None else rows.shape[0]
+    shift = None if shift is None else np.asarray(shift).astype(dtype, copy=False)
+    scale = None if scale is None else np.asarray(scale).astype(dtype, copy=False)
+    block = np.empty((len(values), m), dtype=dtype)
+    for j, v in enumerate(values):
+        row = block[j]
+        if rows is None:
+            row[:] = v
+        else:
+            np.take(v, rows, out=row, mode="clip")      # checked above; "clip" skips a second check
+        if shift is not None:               # while the column is in cache: the same two IEEE operations,
+            row -= shift[j]                 # element by element, as on the whole block
+        if scale is not None:
+            row /= scale[j]
+    return block.T
+
+
+def take_rows(X: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """``X[rows]`` (default: every row) as a new Fortran-ordered ``(m, d)`` block, in one copy.
+
+    A Fortran-ordered ``X`` is gathered column by column (:func:`gather_block`);
+    any other is gathered :data:`TAKE_BYTES` of rows at a time into a small
+    C-ordered buffer (rows read whole) that is written out column by column
+    while it is in cache.  The values are ``X[rows]``'s, copied.
+    """
+    X = np.asarray(X)
+    n, d = X.shape
+    if X.flags.f_contiguous:
+        return gather_block([X[:, j] for j in range(d)], X.dtype, rows=rows)
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.intp)
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise IndexError(f"rows outside [0, {n})")
+    m = rows.shape[0]
+    out = np.empty((m, d), dtype=X.dtype, order="F")
+    chunk = max(256, TAKE_BYTES // max(1, d * X.dtype.itemsize))
+    buf = np.empty((min(chunk, m), d), dtype=X.dtype)
+    for a in range(0, m, chunk):
+        part = buf[:min(chunk, m - a)]
+        np.take(X, rows[a:a + part.shape[0]], axis=0, out=part, mode="clip")   # checked above
+        out[a:a + part.shape[0]] = part
+    return out
