@@ -152,8 +152,8 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
 @pytest.mark.parametrize("prefetch", [1, 2, 3])
 def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parquet, prefetch):
     """docs/engine.md §Partition chain: load ``j`` starts after step ``j - g`` ends, ``g = min(prefetch + 1, worker
-    threads)`` (the gate that makes a one-thread worker step the block it holds before it loads another); loads
-    still run ahead of the chain."""
+    threads)`` (the gate that makes a one-thread worker step the block it holds before it loads another).  Only
+    what the task graph guarantees is asserted: whether a load also overlaps step ``j - 1`` depends on timing."""
     from distributed import get_task_stream
 
     url, _, _ = letter_parquet
@@ -170,7 +170,6 @@ def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parq
     gap = min(prefetch + 1, threads)
     assert model.history["rows_seen"] == 3 * 16000 and sorted(j for k, j in spans if k == "step") == list(range(n))
     assert all(spans["load", j][0] >= spans["step", j - gap][1] for j in range(gap, n))
-    assert any(spans["load", j][0] < spans["step", j - 1][1] for j in range(1, n))    # loaded ahead of the chain
 
 
 def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
