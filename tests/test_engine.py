@@ -149,27 +149,31 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
     assert model.history["validation_rows"] == est._validation[0].shape[0]
 
 
+def _scheduler_transitions(dask_scheduler, prefix: str) -> list[tuple]:
+    """``(key, start, finish, time)`` of the scheduler's transition log for keys starting with ``prefix``."""
+    return [(str(t.key), t.start, t.finish, t.timestamp) for t in dask_scheduler.transition_log
+            if str(t.key).startswith(prefix)]
+
+
 @pytest.mark.parametrize("prefetch", [1, 2, 3])
 def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parquet, prefetch):
-    """docs/engine.md §Partition chain: load ``j`` starts after step ``j - g`` ends, ``g = min(prefetch + 1, worker
-    threads)`` (the gate that makes a one-thread worker step the block it holds before it loads another).  Only
-    what the task graph guarantees is asserted: whether a load also overlaps step ``j - 1`` depends on timing."""
-    from distributed import get_task_stream
-
+    """docs/engine.md §Partition chain: load ``j`` is scheduled only once step ``j - g`` is done, ``g =
+    min(prefetch + 1, worker threads)`` (the gate that makes a one-thread worker step the block it holds before
+    it loads another).  Read from the scheduler's transition log, on the scheduler's one clock: a task moves to
+    ``processing`` only after its dependencies are in memory, whatever the workers' timing."""
     url, _, _ = letter_parquet
-    with get_task_stream(cluster) as ts:
-        model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
-                      random_state=7)
-    spans = {}
-    for t in ts.data:
-        kind = str(t["key"]).split("-")[1]
-        for ss in t["startstops"]:
-            if ss["action"] == "compute" and kind in ("load", "step"):
-                spans[kind, int(str(t["key"]).rsplit("-", 1)[1])] = (ss["start"], ss["stop"])
+    model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
+                  random_state=7 + prefetch)      # its own keys: no task of another case is reused
+    log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-")
     n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
     gap = min(prefetch + 1, threads)
-    assert model.history["rows_seen"] == 3 * 16000 and sorted(j for k, j in spans if k == "step") == list(range(n))
-    assert all(spans["load", j][0] >= spans["step", j - gap][1] for j in range(gap, n))
+    token = next(key for key, *_ in log if key.startswith("nsdist-step-") and key.endswith("-11")).split("-")[2]
+
+    def when(kind: str, j: int, finish: str) -> float:
+        return min(t for key, _, fin, t in log if key == f"nsdist-{kind}-{token}-{j}" and fin == finish)
+
+    assert model.history["rows_seen"] == 3 * 16000
+    assert all(when("load", j, "processing") >= when("step", j - gap, "memory") for j in range(gap, n))
 
 
 def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
