@@ -647,6 +647,10 @@ def main(argv: list[str] | None = None) -> None:
     results: dict = {}
     meta = {"argv": argv, "n_splits": args.splits, "jobs": args.jobs, "cp_cap": args.cp_cap,
             "measures": list(measures), "datasets": {}, "cpus": os.cpu_count(), "loadavg_start": load0}
+    earlier = args.out / "defaults.json"      # the timing checks are measurements of their own: a new table keeps them
+    if earlier.exists():
+        previous = json.loads(earlier.read_text())["meta"]
+        meta.update({k: previous[k] for k in ("timing_check", "timing_check_history") if k in previous})
 
     def flush() -> None:
         runs = {n: [results[n, s] for s in range(args.splits) if (n, s) in results] for n in datasets}
