@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -81,7 +83,10 @@ def letter_parquet_2pmb(tmp_path_factory, letter):
 
 @pytest.fixture(scope="module")
 def cluster():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+    # the scheduler (in this process) keeps every transition of a training, for the gate test (default: the
+    # last 1000, fewer than a loaded machine's run of the module makes)
+    with dask.config.set({"distributed.admin.low-level-log-length": 1_000_000}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
             Client(lc) as client:
         yield client
 
@@ -149,10 +154,11 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
     assert model.history["validation_rows"] == est._validation[0].shape[0]
 
 
-def _scheduler_transitions(dask_scheduler, prefix: str) -> list[tuple]:
-    """``(key, start, finish, time)`` of the scheduler's transition log for keys starting with ``prefix``."""
+def _scheduler_transitions(dask_scheduler, prefix: str, since: float) -> list[tuple]:
+    """``(key, start, finish, time)`` of the scheduler's transitions since ``since`` (its clock) for keys
+    starting with ``prefix``."""
     return [(str(t.key), t.start, t.finish, t.timestamp) for t in dask_scheduler.transition_log
-            if str(t.key).startswith(prefix)]
+            if str(t.key).startswith(prefix) and t.timestamp >= since]
 
 
 @pytest.mark.parametrize("prefetch", [1, 2, 3])
@@ -162,9 +168,10 @@ def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parq
     it loads another).  Read from the scheduler's transition log, on the scheduler's one clock: a task moves to
     ``processing`` only after its dependencies are in memory, whatever the workers' timing."""
     url, _, _ = letter_parquet
+    since = cluster.run_on_scheduler(time.time)      # the log also holds the module's earlier trainings
     model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
                   random_state=7 + prefetch)      # its own keys: no task of another case is reused
-    log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-")
+    log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-", since=since)
     n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
     gap = min(prefetch + 1, threads)
     token = next(key for key, *_ in log if key.startswith("nsdist-step-") and key.endswith("-11")).split("-")[2]
