@@ -103,6 +103,14 @@ class Loss(ABC):
         return f"{type(self).__name__}({args})"
 
 
+def used_rows(dscore: np.ndarray) -> np.ndarray:
+    """Positions of the rows with a non-zero ``dscore`` (shape ``(n,)``, or ``(n, M)``: any of a row's
+    ``M`` entries; NaN counts as non-zero) -- the only rows a (sub)gradient step touches."""
+    # a row's "any of its M entries", as einsum's sum over bools (logical or): half the time of
+    # any(axis=1), whose reduction over a short last axis pays a per-row cost
+    return (dscore != 0 if dscore.ndim == 1 else np.einsum("ij->i", dscore != 0)).nonzero()[0]
+
+
 def weight_gradient(X, dscore: np.ndarray) -> np.ndarray:
     """The chain rule ``X.T @ dscore`` over the rows with a non-zero ``dscore`` only.
 
@@ -119,10 +127,7 @@ def weight_gradient(X, dscore: np.ndarray) -> np.ndarray:
     ndarray of float64, shape ``(d,)`` or ``(d, M)`` like ``dscore``.
     """
     dscore = np.asarray(dscore)
-    # a row's "any of its M entries", as einsum's sum over bools (logical or): half the time of
-    # any(axis=1), whose reduction over a short last axis pays a per-row cost
-    nz_mask = dscore != 0 if dscore.ndim == 1 else np.einsum("ij->i", dscore != 0)
-    nz = nz_mask.nonzero()[0]
+    nz = used_rows(dscore)
     if 4 * nz.shape[0] >= dscore.shape[0]:
         rows, coeffs = X, dscore
     else:

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..losses.base import used_rows
+
 __all__ = ["LazyWeights", "use_lazy", "row_slice", "LAZY_FEATURES", "LAZY_FRACTION"]
 
 #: below this many features the dense update is always used (its whole-matrix passes are cheap)
@@ -155,7 +157,7 @@ class LazyWeights:
         no matrix built), for several by scipy's product on the ``rows x |T|`` matrix.
         """
         one = self._w.ndim == 1
-        nz = np.flatnonzero(dS[:, 0] if one else np.any(dS != 0, axis=1))
+        nz = used_rows(dS[:, 0] if one else dS)
         if nz.shape[0] == 0:
             return
         starts = Xe.indptr[nz]
