@@ -21,9 +21,10 @@ from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl
 from .solvers.history import History, HistoryRecord, Recorder, Validate
-from .solvers.kernel import SGDState
+from .solvers.blocks import take_rows
+from .solvers.kernel import SGDState, end_pass, run_epochs
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
-from .solvers.plan import Holdout, block_rows, schedule, stream_order, training_rows
+from .solvers.plan import Holdout, block_rows, ends_pass, schedule, stream_order, training_rows
 from .solvers.psg import psg
 from .solvers.select import Selection
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
@@ -47,7 +48,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
     With the defaults, the fit chooses what is left unset from the training
     rows: a validation part is set aside (``validation_fraction``), a
-    population of candidates (surrogates x five decades of step size) is
+    population of candidates (surrogates x five decades of step size, and
+    with 1PMB a full-batch L-BFGS logistic regression, one gradient a pass) is
     trained together in the same passes, all but the best third are dropped at
     each check, training stops when the exact measure on the validation rows stops
     improving, and the best candidate is returned (``docs/solvers.md``
@@ -94,7 +96,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     max_iter : int >= 1, default 200
         Iterations of PSG and CP, inner CP iterations per FTRL round.
     tol : float > 0, default 1e-3
-        CP's (and FTRL's inner) certified gap.
+        CP's (and FTRL's inner) certified gap; the selection's full-batch
+        candidate stops once its objective falls by less than ``tol`` (relative)
+        over ``n_iter_no_change`` passes (and its validation value stalls).
     average : bool, default True
         Return the averaged iterate (Algorithms 1, 2; FTRL's averaged leaders;
         PSG's average) -- False: the last iterate (PSG: the best one).  CP
@@ -121,9 +125,10 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
     n_iter_no_change : int >= 1, default 5
-        Early stopping: training stops when the best validation value gained
-        less than one validation positive's worth (``1 / v+``, at least 1e-4)
-        over the last ``n_iter_no_change`` checks.
+        Early stopping: the stochastic candidates stop when their best validation
+        value gained less than one validation positive's worth (``1 / v+``, at
+        least 1e-4) over the last ``n_iter_no_change`` checks; the full-batch
+        candidate counts passes instead (``tol``).
     random_state : int >= 0, default 0
         Seed of every random order and of the holdout; the same seed and data
         give the same model bit for bit (an int, so the order is the same on
@@ -325,12 +330,22 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         selection = Selection.start(X.shape[1], len(population)) if selecting else None
         last_loss = [float("nan")]
 
+        in_file_order: list = []                 # the training rows gathered once, for full-batch-only passes
+
         def run(state: SGDState, first: int, stop: int) -> SGDState:
-            for s in steps[first:stop]:
-                rows = stream_order(streamed, pass_index=s.pass_index, block=0, random_state=cfg.random_state,
-                                    shuffle=cfg.shuffle)
-                state = self._run_rows(state, X, y, rows, cfg, recorder if record_epochs else None,
-                                       reservoir, last_loss)
+            for i in range(first, stop):
+                if not population.only_batch(state.alive):
+                    rows = stream_order(streamed, pass_index=steps[i].pass_index, block=0,
+                                        random_state=cfg.random_state, shuffle=cfg.shuffle)
+                    state = self._run_rows(state, X, y, rows, cfg, recorder if record_epochs else None,
+                                           reservoir, last_loss)
+                else:      # only full-batch candidates train: the block's training rows in file order (plan doc)
+                    if not in_file_order:
+                        in_file_order.append(take_rows(X, streamed) if not sp.issparse(X) else X[streamed])
+                    state, _ = run_epochs(state, in_file_order[0], y[streamed], population,
+                                          buffer_size=cfg.buffer_size, radius=cfg.radius)
+                if ends_pass(steps, i):          # every step: the training set is one block
+                    state = end_pass(state, population)
             return state
 
         def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
@@ -341,6 +356,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
         state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
                             check=check if selecting else None)
+        if selecting:
+            state.alive = selection.continued(cfg, state)
         self._state, self._reservoir = state, reservoir
         self._selection, self._validation = (selection, validation) if selecting else (None, None)
         self.history_ = recorder.history
@@ -455,7 +472,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             mask = self._block_holdout(cfg, y, ids).mask(y, ids)
             n_val, norm = int(mask.sum()), (mean_sq_norm(X[np.flatnonzero(mask)]) if mask.any() else None)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - n_val, mean_sq_norm=norm,
-                                         n_validation=n_val)
+                                         n_validation=n_val, whole_passes=False)
         self.eta_ = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]
         self._state = SGDState.zeros(X.shape[1], len(cfg.candidates))
         self._selection = Selection.start(X.shape[1], len(cfg.candidates)) if cfg.selects else None

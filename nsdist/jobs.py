@@ -149,7 +149,7 @@ class SolverSpec(_Section):
     fit_intercept: bool | None = Field(None, description="learn an intercept (ranking measures: the cut-off)")
     alpha: float | None = Field(None, gt=0, description="CP: regularisation lambda")
     max_iter: int | None = Field(None, ge=1, description="PSG/CP iterations, FTRL inner iterations")
-    tol: float | None = Field(None, gt=0, description="CP/FTRL certified gap")
+    tol: float | None = Field(None, gt=0, description="CP/FTRL certified gap; the selection's full-batch candidate's relative objective decrease over n_iter_no_change passes")
 
 
 class ClusterSpec(_Section):

@@ -320,7 +320,7 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
                      "--out", out, env=env))
     sel = json.loads((out / "metrics.json").read_text())["selection"]
     names = [c["name"] for c in sel["candidates"]]
-    assert sorted(sel["ranked"]) == sorted(names) and len(names) == 30
+    assert sorted(sel["ranked"]) == sorted(names) and len(names) == 31      # 30 stochastic + logloss/lbfgs
     winner = next(c for c in sel["candidates"] if c["selected"])
     assert sel["selected"] == winner["name"] == sel["ranked"][0]
     scored = [c for c in sel["candidates"] if c["validation"] is not None]

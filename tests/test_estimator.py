@@ -262,7 +262,7 @@ def test_config_resolves_the_candidates_for_the_engine():
     assert [c.eta for c in own] == [0.1 / 20, 1 / 20, 10 / 20, 100 / 20, 1000 / 20]
     # ranking candidates: the pairwise ones need no intercept; the point-wise logloss and the squashed
     # scores' pAUC loss learn one (Loss.shift_invariant)
-    level = {"logloss", "pauc/sigmoid"}
+    level = {"logloss", "logloss/lbfgs", "pauc/sigmoid"}
     assert all(c.learn_b == (c.name.split("@")[0].removesuffix("/const") in level)
                for c in cfg.candidates if c.loss.name != "f1")
     assert {c.name.split("@")[0] for c in cfg.candidates} >= {"pauc/sigmoid", "logloss", "logloss/const"}

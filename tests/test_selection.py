@@ -100,8 +100,8 @@ def test_selection_is_deterministic_and_reports_every_candidate():
     b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
-    # (prbep, auc/sq. hinge, pauc/hinge, pauc/sigmoid, logloss x 2) x 5
-    assert len(a.selection_) == len(a.config_.candidates) == 30
+    # (prbep, auc/sq. hinge, pauc/hinge, pauc/sigmoid, logloss x 2) x 5, and the full-batch logloss/lbfgs
+    assert len(a.selection_) == len(a.config_.candidates) == 31
     assert sum(r["selected"] for r in a.selection_) == 1
     best = max(r["validation"] for r in a.selection_ if r["validation"] is not None)
     assert next(r for r in a.selection_ if r["selected"])["validation"] == best
@@ -273,14 +273,16 @@ def test_smooth_candidates_step_a_constant_eta_where_the_fit_chooses_it():
                                                                n_validation=100)
         names = [c.name for c in cfg.candidates]
         assert len(set(names)) == len(names)
-        for c in cfg.candidates:
+        [batch] = [c for c in cfg.candidates if c.batch]          # its own schedule (tests/test_batch.py)
+        assert batch.name == "logloss/lbfgs" and batch.describe()["schedule"] == "L-BFGS, one gradient a pass"
+        for c in (c for c in cfg.candidates if not c.batch):
             smooth_phi = c.loss.params().get("surrogate") in ("logistic", "squared_hinge", "sigmoid")
             if c.loss.name == "logloss":
                 assert c.constant == ("/const@" in c.name), c.name
             else:
                 assert c.constant == smooth_phi, c.name
             assert c.describe()["schedule"] == ("eta" if c.constant else "eta/sqrt(e)")
-        logloss = [(c.step_scale, c.constant) for c in cfg.candidates if c.loss.name == "logloss"]
+        logloss = [(c.step_scale, c.constant) for c in cfg.candidates if c.loss.name == "logloss" and not c.batch]
         assert sorted(logloss) == sorted((s, k) for s in (0.1, 1.0, 10.0, 100.0, 1000.0) for k in (True, False))
     fixed = TrainConfig.from_params(measure="auc", surrogate="logistic", eta=0.5).resolve(
         n_features=4, n_rows=1000, n_validation=100)

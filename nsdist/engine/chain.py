@@ -34,8 +34,8 @@ from distributed import Client, Future
 
 from ..data import Dataset
 from ..solvers.config import TrainConfig
-from ..solvers.kernel import EPOCH_STATS, SGDState, mix_states, run_epochs
-from ..solvers.plan import Holdout, Step, block_rows
+from ..solvers.kernel import EPOCH_STATS, SGDState, end_pass, mix_states, run_epochs
+from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .reservoir import Reservoir
 from .scaling import Scaling
 
@@ -62,10 +62,12 @@ class ChainConfig:
                         self.dtype, scaling, self.n_chains)
 
 
-def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None):
+def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None,
+               file_order: bool = False):
     """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
 
     ``after`` is not used: a result the load must wait for (:meth:`PartitionChain.run`'s gate).
+    ``file_order``: only full-batch candidates train, and the rows stay in file order (:mod:`nsdist.solvers.plan`).
 
     One gathering copy (:meth:`Dataset.read_block`): the same values, to the bit, as
     ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``, in the kernel's (Fortran) order.
@@ -74,23 +76,27 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
 
     def order(y: np.ndarray) -> np.ndarray:
         return block_rows(y, offset + np.arange(y.shape[0]), pass_index=pass_index, block=partition,
-                          random_state=c.random_state, shuffle=c.shuffle, holdout=cfg.holdout,
+                          random_state=c.random_state, shuffle=c.shuffle and not file_order, holdout=cfg.holdout,
                           stream_label=cfg.stream_label)
 
     return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
 
 
 def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: ChainConfig,
-               reservoir: Reservoir | None) -> tuple[SGDState, np.ndarray]:
+               reservoir: Reservoir | None, last_of_pass: bool = False) -> tuple[SGDState, np.ndarray]:
     """Apply the epoch kernel to one loaded block (runs where the block lives).
 
     ``handed`` is the segment's starting state or the previous step's result
     ``(state, stats)``, so a step depends directly on the one before it.
+    ``last_of_pass``: the block ends its pass (the full-batch candidates'
+    iteration follows, :func:`~nsdist.solvers.kernel.end_pass`).
     """
     state = handed[0] if isinstance(handed, tuple) else handed
     X, y = block
-    return run_epochs(state, X, y, cfg.config.population, buffer_size=cfg.config.buffer_size,
-                      radius=cfg.config.radius, reservoir=None if reservoir is None else (reservoir.X, reservoir.y))
+    state, stats = run_epochs(state, X, y, cfg.config.population, buffer_size=cfg.config.buffer_size,
+                              radius=cfg.config.radius,
+                              reservoir=None if reservoir is None else (reservoir.X, reservoir.y))
+    return (end_pass(state, cfg.config.population) if last_of_pass else state), stats
 
 
 def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
@@ -99,11 +105,18 @@ def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
     return stats, state.rows_seen
 
 
-def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray]
-              ) -> tuple[SGDState, np.ndarray]:
-    """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order."""
+def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray],
+              last_of_pass: ChainConfig | None = None) -> tuple[SGDState, np.ndarray]:
+    """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order.
+
+    ``last_of_pass``: the chain's config when the round ends its pass (the full-batch candidates' iteration
+    follows the mixing, :func:`~nsdist.solvers.kernel.end_pass`).
+    """
     start = handed[0] if isinstance(handed, tuple) else handed
-    return mix_states(start, [r[0] for r in results]), np.concatenate([r[1] for r in results])
+    mixed = mix_states(start, [r[0] for r in results])
+    if last_of_pass is not None:
+        mixed = end_pass(mixed, last_of_pass.config.population)
+    return mixed, np.concatenate([r[1] for r in results])
 
 
 class ChainProgress:
@@ -236,6 +249,8 @@ class PartitionChain:
         st = self._state
         token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                          cfg.token(), (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
+                         None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
+                                                        st.batch.fx, st.batch.rows, st.batch.evaluations),
                          self._pos)
         if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
             # travel once, not in every task
@@ -254,6 +269,7 @@ class PartitionChain:
                 first_load = dict(workers=[home], allow_other_workers=True)
                 prev = client.scatter(self._state, workers=[home], hash=False)
         nxt = self._pos
+        file_order = cfg.config.population.only_batch(st.alive)
         per_round = max(1, cfg.n_chains)
         depth = max(1, self.prefetch // per_round)
         # The sequential chain's gate: load j waits for step j - g, g = min(prefetch + 1, worker threads) (its
@@ -272,14 +288,16 @@ class PartitionChain:
                     results = []
                     for i in range(nxt, end + 1):
                         s = steps[i]
-                        block = client.submit(load_block, ds, s.block, s.pass_index, spec, gate,
+                        block = client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order,
                                               key=f"nsdist-load-{token}-{i}", retries=2,
                                               **(first_load if i == self._pos else {}))
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
+                                                     end == nxt and ends_pass(steps, i),
                                                      key=f"nsdist-step-{token}-{i}", priority=1))
                         del block           # the step holds it on the cluster; the driver need not
                     if len(results) > 1:
-                        prev = client.submit(mix_round, prev, *results, key=f"nsdist-mix-{token}-{end}", priority=2)
+                        prev = client.submit(mix_round, prev, *results, key=f"nsdist-mix-{token}-{end}", priority=2,
+                                             last_of_pass=spec if ends_pass(steps, end) else None)
                     else:
                         prev = results[0]
                     summary = None

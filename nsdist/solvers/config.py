@@ -23,6 +23,9 @@ population trained together (``docs/solvers.md`` §Selection):
   Koyejo et al. 2014).
 * ``n_passes`` unset: early stopping on the exact measure of the validation
   rows, up to ``max_passes``.
+* ``eta`` unset and whole passes (``fit``, the engine; not ``partial_fit``):
+  also the full-batch candidates :data:`FULL_BATCH` (L-BFGS, one gradient a
+  pass, :mod:`nsdist.solvers.batch`), which need no step size.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ from .measure import get_measure, make_loss
 from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
-           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "DEFAULTS"]
+           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "DEFAULTS"]
 
 #: the solvers (docs/solvers.md)
 SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
@@ -66,6 +69,10 @@ PAIRWISE_RANKING_CANDIDATES = (("logloss", {}),)
 #: O(1/e) within the loss's smoothness bound (Bach & Moulines 2013) while the decaying steps stay
 #: stable beyond it -- the upper step scales are beyond it on rows with heavy-tailed norms
 BOTH_SCHEDULES = ("logloss",)
+#: the losses that also get a full-batch candidate where the fit chooses the step: the population's logistic
+#: regression solved as ``LogisticRegression`` solves it (quasi-Newton on exact gradients), which the stochastic
+#: candidates approach slowly on badly conditioned rows (docs/solvers.md §Full-batch candidate)
+FULL_BATCH = ("logloss",)
 #: steps (epochs) of the default pass budget and of the check interval: successive halving judges
 #: a candidate's averaged iterate only once it averages ``CHECK_STEPS`` iterates or more, not its
 #: first few noisy steps (a round number, not tuned on any data set; ``docs/solvers.md`` §Selection)
@@ -107,6 +114,9 @@ class Candidate:
     constant : bool
         It steps ``eta`` at every epoch, not ``eta / sqrt(e)``: a population's candidates
         with a smooth surrogate (:class:`~nsdist.solvers.kernel.Population`).
+    batch : bool
+        A full-batch candidate (:mod:`nsdist.solvers.batch`): one L-BFGS iteration a pass; ``eta`` is
+        the length of its first step along the negative gradient.
     """
 
     name: str
@@ -115,10 +125,12 @@ class Candidate:
     eta: float
     learn_b: bool
     constant: bool = False
+    batch: bool = False
 
     def describe(self) -> dict:
-        return {"name": self.name, "loss": self.loss.name, **self.loss.params(), "eta": self.eta,
-                "step_scale": self.step_scale, "schedule": "eta" if self.constant else "eta/sqrt(e)"}
+        schedule = "L-BFGS, one gradient a pass" if self.batch else "eta" if self.constant else "eta/sqrt(e)"
+        return {"name": self.name, "loss": self.loss.name, **self.loss.params(),
+                "eta": self.eta, "step_scale": self.step_scale, "schedule": schedule}
 
 
 def _schedules(loss: Loss, *, chosen: bool) -> tuple[bool, ...]:
@@ -253,7 +265,7 @@ class TrainConfig:
         return self.streaming and self.n_passes is None
 
     def resolve(self, *, n_features: int, n_rows: int, mean_sq_norm: float | None = None,
-                n_validation: int = 0) -> "TrainConfig":
+                n_validation: int = 0, whole_passes: bool = True) -> "TrainConfig":
         """Fix the candidates and budgets for ``n_rows`` training rows of ``n_features`` features.
 
         Parameters
@@ -265,6 +277,9 @@ class TrainConfig:
             needed when ``eta`` is unset.
         n_validation : int
             Validation rows (0: none).
+        whole_passes : bool
+            The driver streams whole passes (``fit``, the engine), so full-batch
+            candidates can sum a pass's gradient; ``partial_fit`` does not.
 
         Raises
         ------
@@ -315,6 +330,12 @@ class TrainConfig:
                     tag = (f"{label}/const" if constant and name in BOTH_SCHEDULES else label) + (
                         "" if c is None else f"@{c:g}")
                     candidates.append(Candidate(tag, loss, c, eta, learn_b, constant))
+            # 1PMB streams every training row; 2PMB only the frequent class (the reservoir holds the other)
+            if self.eta is None and whole_passes and self.solver == "1pmb" and name in FULL_BATCH:
+                # its first step (before any curvature is known): 1 / L along -g, L = (E||x||^2 + 1) / 4 the
+                # logistic loss's smoothness bound on (x, 1), a step that lowers the objective
+                candidates.append(Candidate(f"{label}/lbfgs", loss, None, 4.0 / (float(mean_sq_norm) + 1.0), learn_b,
+                                            batch=True))
         steps_per_pass = max(1, math.ceil(n_rows / self.buffer_size))
         if self.n_passes is not None:
             passes = self.n_passes
@@ -331,7 +352,8 @@ class TrainConfig:
     def population(self) -> Population:
         """The candidates as the kernel's :class:`~nsdist.solvers.kernel.Population`."""
         return Population(tuple(c.loss for c in self.candidates), tuple(c.eta for c in self.candidates),
-                          tuple(c.learn_b for c in self.candidates), tuple(c.constant for c in self.candidates))
+                          tuple(c.learn_b for c in self.candidates), tuple(c.constant for c in self.candidates),
+                          tuple(c.batch for c in self.candidates))
 
     def scaling_for(self, X) -> Scaling | None:
         """The feature scaling of a run trained on the rows ``X`` (None: ``standardize=False``)."""

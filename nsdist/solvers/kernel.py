@@ -30,10 +30,11 @@ from typing import Sequence
 import numpy as np
 
 from ..losses.base import Loss, weight_gradient
+from .batch import BatchState
 from .lazy import LazyWeights, row_slice, use_lazy
 
-__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "epoch_slices", "project_l2", "mix_states",
-           "stack_rows", "aligned"]
+__all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "end_pass", "epoch_slices", "project_l2",
+           "mix_states", "stack_rows", "aligned"]
 
 #: dtype of the per-epoch statistics returned by :func:`run_epochs` (``loss``: the mean over live candidates)
 EPOCH_STATS = np.dtype(
@@ -59,12 +60,32 @@ class Population:
         constant-step iterates converges at rate O(1/e) (Bach & Moulines 2013),
         where the decaying step of a non-smooth surrogate's analysis leaves the
         average dominated by its early iterates.
+    batch : tuple of bool, optional
+        Candidate ``m`` is a full-batch candidate (:mod:`nsdist.solvers.batch`):
+        it does not step per buffer; its pass's gradient is summed and it makes
+        one L-BFGS iteration at each pass end (:func:`end_pass`).  Default: none.
     """
 
     losses: tuple[Loss, ...]
     etas: tuple[float, ...]
     learn_b: tuple[bool, ...]
     constant: tuple[bool, ...]
+    batch: tuple[bool, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.batch:
+            object.__setattr__(self, "batch", (False,) * len(self.losses))
+
+    @property
+    def batch_cols(self) -> np.ndarray:
+        """The full-batch candidates' columns."""
+        return np.flatnonzero(np.asarray(self.batch, dtype=bool))
+
+    def only_batch(self, alive: np.ndarray) -> bool:
+        """Only full-batch candidates are alive (and some are): a pass visits the rows in file order
+        (:mod:`nsdist.solvers.plan`)."""
+        batch = np.asarray(self.batch, dtype=bool)
+        return bool((alive & batch).any() and not (alive & ~batch).any())
 
     @classmethod
     def single(cls, loss: Loss, eta: float, fit_intercept: bool = False) -> "Population":
@@ -76,8 +97,8 @@ class Population:
 
     def token(self) -> tuple:
         """Plain data that identifies the population (for task keys and checkpoints)."""
-        return tuple((type(l).__name__, tuple(sorted(l.params().items())), e, b, c)
-                     for l, e, b, c in zip(self.losses, self.etas, self.learn_b, self.constant))
+        return tuple((type(l).__name__, tuple(sorted(l.params().items())), e, b, c, f)
+                     for l, e, b, c, f in zip(self.losses, self.etas, self.learn_b, self.constant, self.batch))
 
 
 @dataclass
@@ -100,6 +121,9 @@ class SGDState:
         Epochs skipped because their buffer lacked a class (docs/surrogates.md).
     rows_seen : int
         Rows streamed so far (reservoir rows of 2PMB not included).
+    batch : BatchState or None
+        The full-batch candidates' sums and L-BFGS memory (None: the population has none, or no
+        block was run yet).
     """
 
     W: np.ndarray
@@ -110,6 +134,7 @@ class SGDState:
     epoch: int = 0
     skipped: int = 0
     rows_seen: int = 0
+    batch: BatchState | None = None
 
     def __post_init__(self) -> None:
         W = np.asarray(self.W, dtype=np.float64)
@@ -129,34 +154,47 @@ class SGDState:
     def n_candidates(self) -> int:
         return self.W.shape[1]
 
-    def averaged(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(mean of W_1..W_e, mean of b_1..b_e)``; the current iterates if no step was taken."""
-        if self.epoch == 0:
-            return self.W.copy(), self.b.copy()
-        return self.W_sum / self.epoch, self.b_sum / self.epoch
+    def models(self, average: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` of every candidate (new arrays): the averaged iterates ``(mean of W_1..W_e, mean of
+        b_1..b_e)`` (the current ones if no step was taken) or the last ones; a full-batch candidate's
+        last accepted point either way."""
+        if average and self.epoch > 0:
+            W, b = self.W_sum / self.epoch, self.b_sum / self.epoch
+        else:
+            W, b = self.W.copy(), self.b.copy()
+        if self.batch is not None:
+            W[:, self.batch.cols], b[self.batch.cols] = self.batch.models()
+        return W, b
 
     def model(self, m: int, average: bool) -> tuple[np.ndarray, float]:
-        """``(w, b)`` of candidate ``m``: its averaged iterate, or its last one."""
+        """``(w, b)`` of candidate ``m`` (:meth:`models`)."""
+        if self.batch is not None and m in self.batch.cols:
+            W, b = self.batch.models()
+            k = int(np.flatnonzero(self.batch.cols == m)[0])
+            return W[:, k], float(b[k])
         if average and self.epoch > 0:
             return self.W_sum[:, m] / self.epoch, float(self.b_sum[m] / self.epoch)
         return self.W[:, m].copy(), float(self.b[m])
 
     def copy(self) -> "SGDState":
         return replace(self, W=self.W.copy(), b=self.b.copy(), W_sum=self.W_sum.copy(),
-                       b_sum=self.b_sum.copy(), alive=self.alive.copy())
+                       b_sum=self.b_sum.copy(), alive=self.alive.copy(),
+                       batch=None if self.batch is None else self.batch.copy())
 
     def to_dict(self) -> dict:
         """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
         return {
             "W": self.W.tolist(), "b": self.b.tolist(), "W_sum": self.W_sum.tolist(), "b_sum": self.b_sum.tolist(),
             "alive": self.alive.tolist(), "epoch": self.epoch, "skipped": self.skipped, "rows_seen": self.rows_seen,
+            "batch": None if self.batch is None else self.batch.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "SGDState":
+        batch = d.get("batch")
         return cls(W=np.asarray(d["W"], dtype=np.float64), b=d["b"], W_sum=np.asarray(d["W_sum"], np.float64),
                    b_sum=d["b_sum"], alive=d["alive"], epoch=int(d["epoch"]), skipped=int(d["skipped"]),
-                   rows_seen=int(d["rows_seen"]))
+                   rows_seen=int(d["rows_seen"]), batch=None if batch is None else BatchState.from_dict(batch))
 
 
 def project_l2(w: np.ndarray, radius: float | None) -> np.ndarray:
@@ -252,7 +290,15 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     """
     st = state.copy()
     X, reservoir = aligned(X), None if reservoir is None else (aligned(reservoir[0]), reservoir[1])
-    cols = np.flatnonzero(st.alive)
+    batch = population.batch_cols
+    if batch.size:                    # their points are fixed for the whole pass: one product pair a block
+        if st.batch is None:
+            st.batch = BatchState.start(batch, st.W, st.b)
+        st.batch.accumulate(X, y, st.W, st.b, [population.losses[c] for c in batch], st.alive)
+    cols = np.flatnonzero(st.alive & ~np.asarray(population.batch, dtype=bool))
+    if cols.size == 0:                # only full-batch candidates train: no epochs
+        st.rows_seen += X.shape[0]
+        return st, np.zeros(0, dtype=EPOCH_STATS)
     losses: Sequence[Loss] = [population.losses[c] for c in cols]
     etas = np.asarray(population.etas, dtype=np.float64)[cols]
     learn_b = np.asarray(population.learn_b, dtype=bool)[cols]
@@ -334,6 +380,18 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant
     return b
 
 
+def end_pass(state: SGDState, population: Population) -> SGDState:
+    """The pass is over: each full-batch candidate makes its L-BFGS iteration and moves to the point the
+    next pass evaluates (:meth:`BatchState.end_pass`).  ``state`` is not modified."""
+    if state.batch is None:
+        return state
+    st = state.copy()
+    cols = st.batch.cols
+    nxt = st.batch.end_pass(np.asarray(population.learn_b, dtype=bool)[cols], np.asarray(population.etas)[cols])
+    st.W[:, cols], st.b[cols] = nxt[:, :-1].T, nxt[:, -1]
+    return st
+
+
 def mix_states(start: SGDState, states: Sequence[SGDState]) -> SGDState:
     """Iterative parameter mixing (McDonald, Hall & Mann 2010): the average of ``K`` chains' states.
 
@@ -354,4 +412,8 @@ def mix_states(start: SGDState, states: Sequence[SGDState]) -> SGDState:
     mixed.epoch = max(st.epoch for st in states)
     mixed.rows_seen = start.rows_seen + sum(st.rows_seen - start.rows_seen for st in states)
     mixed.skipped = start.skipped + sum(st.skipped - start.skipped for st in states)
+    if states[0].batch is not None:   # full-batch candidates: their points unchanged, their sums added up
+        base = start.batch or BatchState.start(states[0].batch.cols, start.W, start.b)
+        mixed.batch = BatchState.mix(base, [st.batch for st in states])
+        mixed.W[:, base.cols], mixed.b[base.cols] = start.W[:, base.cols], start.b[base.cols]
     return mixed

@@ -19,6 +19,10 @@ only the streamed class) are visited in ``row_order(seed, p, j)`` and cut into
 ``epoch_slices`` -- an epoch never spans two blocks.  The blocks of a pass are
 visited in ``block_order(seed, p)``.
 
+A pass in which only full-batch candidates train (:mod:`nsdist.solvers.batch`:
+their gradient does not depend on the order) visits each block's training rows
+in file order: the in-memory drivers then gather them once, not every pass.
+
 **Rounds.**  With ``n_chains = K > 1`` (the engine's data-parallel mode) the
 blocks of each pass are taken ``K`` at a time: the ``K`` blocks of a round
 each run from the same state on their own chain, and the states are averaged
@@ -40,7 +44,7 @@ import numpy as np
 from .order import block_order, holdout_keys, row_order
 
 __all__ = ["Holdout", "holdout_sizes", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps",
-           "schedule", "rounds"]
+           "schedule", "rounds", "ends_pass"]
 
 _NONE = np.uint64(0)
 
@@ -194,6 +198,11 @@ class Steps(Sequence):
         if self._last is None or self._last[0] != p:
             self._last = (p, block_order(self.random_state, p, self.n_blocks, self.shuffle))
         return Step(p, int(self._last[1][j]))
+
+
+def ends_pass(steps: Sequence[Step], i: int) -> bool:
+    """Step ``i`` is the last of its pass (the full-batch candidates iterate after it)."""
+    return i + 1 == len(steps) or steps[i + 1].pass_index != steps[i].pass_index
 
 
 def schedule(block_sizes: list[int], n_passes: int, *, random_state: int, shuffle: bool,

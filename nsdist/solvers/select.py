@@ -9,12 +9,17 @@ rows with the exact measure of :mod:`nsdist.metrics`:
   (successive halving with Hyperband's reduction factor ``eta = 3``, Li et
   al. 2018), down to one;
 * each candidate keeps a snapshot of its best-scoring model;
-* training stops when the best value over all candidates has gained less than
+* the stochastic candidates stop when their best value has gained less than
   one validation positive's worth, ``1 / v+`` (at least
   :data:`~nsdist.solvers.config.MIN_DELTA`), over the last ``n_iter_no_change``
   checks (early stopping), or when the pass budget is spent.  A smaller gain is
   below what the validation rows resolve: moving one positive changes Prec@k,
-  PRBEP and the pAUC of ``v+`` positives by up to ``1 / v+``, F1 by about that.
+  PRBEP and the pAUC of ``v+`` positives by up to ``1 / v+``, F1 by about that;
+* a full-batch candidate (:mod:`nsdist.solvers.batch`) is not halved: it
+  moves once a pass, so its early checks say little.  It trains on, alone
+  once the stochastic ones have stopped, until over its last
+  ``n_iter_no_change`` passes both its own value has gained less than that
+  and its training objective has fallen by less than ``tol`` (relative).
 
 The returned model is the best snapshot.  For F1 the threshold is the
 plug-in one -- the threshold that maximises F1 on the validation rows
@@ -91,7 +96,8 @@ class Selection:
     best : float
         The best value over all candidates.
     curve : list of dict
-        One point per check: rows seen, steps, best value, live candidates.
+        One point per check: rows seen, steps, best value, live candidates; the best of the
+        stochastic candidates and of the full-batch ones, and the passes the latter have evaluated.
     """
 
     value: np.ndarray
@@ -140,7 +146,7 @@ class Selection:
         self.checks += 1
         state = state.copy()
         cols = np.flatnonzero(state.alive)
-        W, b = state.averaged() if cfg.average else (state.W, state.b)
+        W, b = state.models(cfg.average)
         finite = np.all(np.isfinite(W[:, cols]), axis=0) & np.isfinite(b[cols])
         for c in cols[~finite]:
             self._drop(state, c, "diverged (non-finite weights)")
@@ -156,23 +162,61 @@ class Selection:
         for c, v, be in zip(cols[better], values[better], b_eff[better]):
             self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
         self.best = max(self.best, float(values.max()) if values.size else -np.inf)
-        live = cols[np.isfinite(values)]
-        live_values = values[np.isfinite(values)]
+        batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
+        halved = np.isfinite(values) & ~batch[cols]
+        live, live_values = cols[halved], values[halved]
         if live.size > 1:                                # successive halving: keep the best third
             order = np.lexsort((live, -live_values))      # best first; ties: lower index first
             keep = -(-live.size // REDUCTION)
             for c in live[order[keep:]]:
                 self._drop(state, c, f"dropped by successive halving at check {self.checks}")
+        best_of = (lambda m: float(self.value[m].max()) if m.any() else -np.inf)
         self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
-                           "best": self.best, "alive": int(state.alive.sum())})
-        return state, cfg.early_stopping and self._stalled(cfg.n_iter_no_change, y_val)
-
-    def _stalled(self, n: int, y_val: np.ndarray) -> bool:
-        """The best value gained less than ``max(MIN_DELTA, 1 / v+)`` over the last ``n`` checks."""
-        if len(self.curve) <= n:
-            return False
+                           "best": self.best, "alive": int(state.alive.sum()), "best_stochastic": best_of(~batch),
+                           "best_batch": best_of(batch),
+                           "passes_batch": 0 if state.batch is None else int(state.batch.evaluations),
+                           "objective_batch": self._objective(state)})
+        if not cfg.early_stopping:
+            return state, False
         resolution = max(MIN_DELTA, 1.0 / max(1, int(np.count_nonzero(y_val > 0))))
-        return self.curve[-1]["best"] - self.curve[-1 - n]["best"] < resolution
+        stochastic = np.flatnonzero(state.alive & ~batch)
+        if stochastic.size and self._stalled("best_stochastic", "check", cfg.n_iter_no_change, resolution):
+            for c in stochastic:
+                self._drop(state, c, f"stopped early at check {self.checks}")
+        batch_alive = bool((state.alive & batch).any())
+        batch_on = batch_alive and not (
+            self._stalled("best_batch", "passes_batch", cfg.n_iter_no_change, resolution)
+            and self._stalled("objective_batch", "passes_batch", cfg.n_iter_no_change, cfg.tol, relative=True))
+        return state, not (state.alive & ~batch).any() and not batch_on
+
+    def continued(self, cfg: TrainConfig, state: SGDState) -> np.ndarray:
+        """The candidates a ``partial_fit`` after the fit trains on: the stochastic ones alive at the end or
+        stopped early (not those halved or diverged); not a full-batch one, whose passes end only in a fit."""
+        batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
+        stopped = np.array([r.startswith("stopped early") for r in self.reason], dtype=bool)
+        return (state.alive | stopped) & ~batch
+
+    @staticmethod
+    def _objective(state: SGDState) -> float | None:
+        """The full-batch candidates' lowest training objective so far (None: none evaluated)."""
+        if state.batch is None:
+            return None
+        fx = state.batch.fx[state.alive[state.batch.cols] & np.isfinite(state.batch.fx)]
+        return float(fx.min()) if fx.size else None
+
+    def _stalled(self, key: str, clock: str, n: int, resolution: float, relative: bool = False) -> bool:
+        """``curve[-1][key]`` gained less than ``resolution`` since the last check at least ``n`` ``clock``
+        units (checks, or passes of the full-batch candidates) back; never before ``n`` units have passed.
+        ``relative``: ``key`` is an objective, and its fall relative to its value must reach ``resolution``."""
+        now = self.curve[-1][clock] if clock != "check" else len(self.curve)
+        for i in range(len(self.curve) - 2, -1, -1):
+            then = self.curve[i][clock] if clock != "check" else i + 1
+            if now - then >= n:
+                a, b = self.curve[i][key], self.curve[-1][key]
+                if relative:
+                    return a is not None and b is not None and a - b < resolution * abs(b)
+                return b - a < resolution
+        return False
 
     def _drop(self, state: SGDState, c: int, reason: str) -> None:
         state.alive[c] = False
