@@ -220,3 +220,17 @@ def test_engine_trains_the_full_batch_candidate_like_the_estimator(cluster, tmp_
     np.testing.assert_array_equal(a.coef, b.coef)
     lbfgs = next(r for r in a.history["selection"] if r["name"] == "logloss/lbfgs")
     assert lbfgs["validation"] is not None and a.history["validation_curve"][-1]["passes_batch"] >= 1
+
+
+def test_a_step_leaves_the_state_it_was_handed_unchanged():
+    """The engine redoes a failed step from the state it handed in: neither a block (which shares the L-BFGS
+    memory with its input) nor a pass end (which changes it) may change that state."""
+    X, y = ill_conditioned(n=500, d=4)
+    population = batch_population(X)
+    state = run_passes(X, y, 12)
+    before = state.to_dict()
+    after_block, _ = run_epochs(state, np.asfortranarray(X), y, population, buffer_size=100)
+    assert state.to_dict() == before
+    end_pass(after_block, population)
+    mix_states(state, [after_block, after_block])
+    assert state.to_dict() == before and after_block.batch.S is state.batch.S

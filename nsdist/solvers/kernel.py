@@ -176,10 +176,12 @@ class SGDState:
             return self.W_sum[:, m] / self.epoch, float(self.b_sum[m] / self.epoch)
         return self.W[:, m].copy(), float(self.b[m])
 
-    def copy(self) -> "SGDState":
+    def copy(self, deep_batch: bool = True) -> "SGDState":
+        """A copy (``deep_batch=False``: sharing the full-batch candidates' L-BFGS memory,
+        :meth:`BatchState.copy`)."""
         return replace(self, W=self.W.copy(), b=self.b.copy(), W_sum=self.W_sum.copy(),
                        b_sum=self.b_sum.copy(), alive=self.alive.copy(),
-                       batch=None if self.batch is None else self.batch.copy())
+                       batch=None if self.batch is None else self.batch.copy(deep=deep_batch))
 
     def to_dict(self) -> dict:
         """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
@@ -288,7 +290,7 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     stats : ndarray of dtype :data:`EPOCH_STATS`, one row per epoch
         Mean loss over the live candidates before the step, buffer rows, skip flag, seconds.
     """
-    st = state.copy()
+    st = state.copy(deep_batch=False)
     X, reservoir = aligned(X), None if reservoir is None else (aligned(reservoir[0]), reservoir[1])
     batch = population.batch_cols
     if batch.size:                    # their points are fixed for the whole pass: one product pair a block
@@ -404,7 +406,7 @@ def mix_states(start: SGDState, states: Sequence[SGDState]) -> SGDState:
     same mixture bit for bit.
     """
     k = len(states)
-    mixed = start.copy()
+    mixed = start.copy(deep_batch=False)
     mixed.W = sum(st.W for st in states) / k
     mixed.b = sum(st.b for st in states) / k
     mixed.W_sum = sum(st.W_sum for st in states) / k
