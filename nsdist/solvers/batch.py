@@ -20,8 +20,10 @@ against the last accepted point, and then the next direction is formed; if
 not, the step along the same direction is halved and tried in pass ``p + 1``.
 The candidate's model is always its last accepted point (the lowest objective
 evaluated).  A block contributes one product pair whatever its number of
-epochs, and the rows are the block's streamed rows in stream order, so the
-engine and the in-memory solvers sum the same numbers in the same order.
+epochs, over the block's streamed rows as the driver hands them (in stream
+order; in file order in a pass where only full-batch candidates train,
+:mod:`nsdist.solvers.plan`), so the engine and the in-memory solvers sum the
+same numbers in the same order.
 """
 from __future__ import annotations
 
