@@ -234,3 +234,35 @@ def test_a_step_leaves_the_state_it_was_handed_unchanged():
     end_pass(after_block, population)
     mix_states(state, [after_block, after_block])
     assert state.to_dict() == before and after_block.batch.S is state.batch.S
+
+
+@pytest.mark.parametrize("gather_bytes", [None, 0], ids=["state-gathered", "state-left-on-cluster"])
+def test_resume_mid_pass_with_the_full_batch_candidate_gives_the_identical_model(cluster, tmp_path, gather_bytes,
+                                                                                monkeypatch):
+    """A checkpoint taken in the third pass holds the full-batch candidate's sums and L-BFGS memory; the
+    resumed job ends with the uninterrupted job's model and selection, bit for bit."""
+    import json
+    import shutil
+
+    import nsdist.engine.chain as chain
+
+    X, y = ill_conditioned(n=6000)
+    url = write_parquet(tmp_path / "ck", X, y, rows_per_file=1000)       # 6 partitions: a pass is 6 steps
+    ckpt, snapshot = tmp_path / "ckpt.json", tmp_path / "mid.json"
+    params = dict(measure="pauc", random_state=4)
+    full = train(url, client=cluster, **params)
+    if gather_bytes is not None:
+        monkeypatch.setattr(chain, "GATHER_BYTES", gather_bytes)
+
+    def keep_midway(p):
+        if p.step == 14:
+            shutil.copy(ckpt, snapshot)
+
+    train(url, client=cluster, checkpoint=str(ckpt), checkpoint_every=1, on_step=keep_midway, **params)
+    state = json.loads(snapshot.read_text())
+    assert state["position"] == 14 and state["state"]["batch"]["evaluations"] == 2
+    shutil.copy(snapshot, ckpt)
+    resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **params)
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
+    assert resumed.history["selection"] == full.history["selection"]
