@@ -170,7 +170,10 @@ class Selection:
             keep = -(-live.size // REDUCTION)
             for c in live[order[keep:]]:
                 self._drop(state, c, f"dropped by successive halving at check {self.checks}")
-        best_of = (lambda m: float(self.value[m].max()) if m.any() else -np.inf)
+        def best_of(m: np.ndarray) -> float | None:       # None (plain JSON): none scored yet
+            v = self.value[m]
+            return float(v.max()) if np.isfinite(v).any() else None
+
         self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
                            "best": self.best, "alive": int(state.alive.sum()), "best_stochastic": best_of(~batch),
                            "best_batch": best_of(batch),
@@ -213,9 +216,9 @@ class Selection:
             then = self.curve[i][clock] if clock != "check" else i + 1
             if now - then >= n:
                 a, b = self.curve[i][key], self.curve[-1][key]
-                if relative:
-                    return a is not None and b is not None and a - b < resolution * abs(b)
-                return b - a < resolution
+                if a is None or b is None:            # nothing scored (or evaluated) back then, or still
+                    return b is None
+                return (a - b < resolution * abs(b)) if relative else (b - a < resolution)
         return False
 
     def _drop(self, state: SGDState, c: int, reason: str) -> None:
