@@ -365,6 +365,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if selecting:
             self.selection_, self.validation_curve_ = selection.report(cfg), selection.curve
             w, b = selection.model(cfg, *validation)
+            if cfg.plug_in:         # the winner's F1-optimal threshold on every row (the engine: its sample)
+                b = cut_intercept(cfg.measure, y, np.asarray(X @ w.astype(X.dtype), dtype=np.float64))
         else:
             w, b = state.model(0, cfg.average)
             b = self._cut(cfg, w, b, X[train], y[train])

@@ -11,7 +11,8 @@ from nsdist.losses.pairs import sigmoid_pairs
 from nsdist.solvers.config import TrainConfig
 from nsdist.solvers.kernel import SGDState
 from nsdist.solvers.plan import Holdout, holdout_sizes, schedule
-from nsdist.solvers.select import Selection, f1_threshold
+from nsdist.solvers.measure import f1_threshold
+from nsdist.solvers.select import Selection
 
 
 def make_data(n=1500, d=8, pos=0.08, seed=0):
@@ -34,6 +35,21 @@ def test_plug_in_threshold_maximises_f1_brute_force(rows):
                 _f1(y, s > u) for u in np.append(np.unique(s), s.min() - 1))
     assert value == pytest.approx(brute, abs=1e-12)
     assert _f1(y, s > t) == pytest.approx(value, abs=1e-12)
+
+
+def test_the_selected_f1_model_takes_the_f1_optimal_threshold_on_every_training_row():
+    """The winner is chosen on the validation rows; its threshold is then the F1-optimal one on all the rows
+    it was given (brute force over every cut of the sorted scores), not only the validation rows'."""
+    X, y = make_data(n=2500, seed=3)
+    est = NonDecomposableClassifier("f1", random_state=1).fit(X, y)
+    s = X @ est.coef_.ravel()
+    yy = np.where(y > 0, 1, -1)
+    best = max(_f1(yy, s > u) for u in np.append(np.unique(s), s.min() - 1))
+    assert _f1(yy, s + est.intercept_[0] > 0) == pytest.approx(best, abs=1e-12)
+    val = est._validation
+    assert est._selection.value.max() == pytest.approx(max(
+        _f1(val[1], val[0] @ w > u) for w in [est._selection.W[:, est._selection.winner()]]
+        for u in np.append(np.unique(val[0] @ w), (val[0] @ w).min() - 1)), abs=1e-12)
 
 
 def _f1(y, pred) -> float:

@@ -36,7 +36,7 @@ from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 
 __all__ = ["Measure", "MEASURES", "RESULT_KEYS", "get_measure", "make_loss", "measure_function",
-           "learns_intercept", "cut_intercept", "result_key", "all_measures"]
+           "learns_intercept", "cut_intercept", "f1_threshold", "result_key", "all_measures"]
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
@@ -183,8 +183,42 @@ def learns_intercept(measure: str) -> bool:
     return get_measure(measure).thresholded
 
 
+def f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """The largest F1 of a labelling ``s > t`` over all ``t``, and a ``t`` that attains it.
+
+    With the scores sorted decreasingly, cutting after each group of tied
+    scores gives every labelling a threshold can make: cut after the group
+    of score ``u`` ending at rank ``k``, ``TP`` is the number of positives
+    scoring at least ``u`` (a binary search among the sorted positive scores)
+    and ``F1 = 2 TP / (k + n+)``.  ``t`` is the midpoint to the next lower
+    score (or 1 below the lowest).  Labelling nothing positive (F1 = 0) is
+    the fallback, ``t`` above the top score.  O(n log n): two sorts of
+    values, no sort of positions.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    is_pos = y > 0
+    n_pos = int(np.count_nonzero(is_pos))
+    if s.shape[0] == 0 or n_pos == 0:
+        return 0.0, float(s.max() + 1.0) if s.size else 0.0
+    ss = np.sort(s)[::-1]
+    last = np.flatnonzero(np.append(ss[1:] != ss[:-1], True))     # group ends
+    tp = n_pos - np.searchsorted(np.sort(s[is_pos]), ss[last], side="left")
+    f1 = 2.0 * tp / (last + 1 + n_pos)
+    i = int(np.argmax(f1))
+    if f1[i] <= 0:
+        return 0.0, float(ss[0] + 1.0)
+    j = last[i]
+    t = ss[j] - 1.0 if j + 1 == ss.shape[0] else (ss[j] + ss[j + 1]) / 2.0
+    if not ss[j] > t:          # midpoint rounded onto the upper score: step below it
+        t = np.nextafter(ss[j], -np.inf)
+    return float(f1[i]), float(t)
+
+
 def cut_intercept(measure: str, y: np.ndarray, s: np.ndarray, *, k: int | float | None = None) -> float:
     """Intercept that puts the decision threshold of a ranking model at its measure's cut-off.
+
+    F1: ``-t`` for the F1-optimal threshold ``t`` on these rows (:func:`f1_threshold`, the
+    plug-in rule of the selection, docs/solvers.md §Selection).
 
     The ``c`` highest scores get ``s + b > 0``: ``c = K`` for Prec@k
     (``K`` resolved on these ``n`` rows, as :func:`nsdist.metrics.precision_at_k`
@@ -195,13 +229,13 @@ def cut_intercept(measure: str, y: np.ndarray, s: np.ndarray, *, k: int | float 
 
     Parameters
     ----------
-    measure : one of the ranking measures ("pauc", "auc", "prec@k", "prbep")
+    measure : a measure name
     y : ndarray of shape (n,), labels in {-1, +1}
     s : ndarray of shape (n,), scores ``X @ w``
     k : Prec@k's ``k``
     """
     if learns_intercept(measure):
-        raise ValueError("cut_intercept is for the ranking measures; F1 learns its intercept")
+        return -f1_threshold(y, s)[1]
     n = s.shape[0]
     c = resolve_k(k, n) if measure == "prec@k" else int(np.count_nonzero(y > 0))
     desc = np.sort(np.asarray(s, dtype=np.float64))[::-1]

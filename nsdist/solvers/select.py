@@ -21,10 +21,13 @@ rows with the exact measure of :mod:`nsdist.metrics`:
   ``n_iter_no_change`` passes both its own value has gained less than that
   and its training objective has fallen by less than ``tol`` (relative).
 
-The returned model is the best snapshot.  For F1 the threshold is the
-plug-in one -- the threshold that maximises F1 on the validation rows
-(:func:`f1_threshold`) -- or the candidate's own, whichever validates better;
-a ranking model's intercept is the measure's cut on the validation rows.
+The returned model is the best snapshot.  For F1 the selection scores each
+candidate with the plug-in threshold -- the one that maximises F1 on the
+validation rows (:func:`~nsdist.solvers.measure.f1_threshold`) -- or its own,
+whichever validates better; the drivers then place the winner's threshold at
+the F1-optimal one on the rows of the training data (``docs/solvers.md``
+§Selection, Result); a ranking model's intercept is the measure's cut on the
+validation rows.
 """
 from __future__ import annotations
 
@@ -34,45 +37,14 @@ import numpy as np
 
 from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
-from .measure import cut_intercept, get_measure, measure_function
+from .measure import cut_intercept, f1_threshold, get_measure, measure_function
 
-__all__ = ["Selection", "f1_threshold", "REDUCTION"]
+__all__ = ["Selection", "REDUCTION"]
 
 #: successive halving keeps the best ``ceil(n / REDUCTION)`` of ``n`` live candidates at a check
 #: (Hyperband's default reduction factor, Li et al. 2018: the population is down to one after
 #: ``log_3 n`` checks -- 4 for 30 candidates, not 5 as with halves)
 REDUCTION = 3
-
-
-def f1_threshold(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
-    """The largest F1 of a labelling ``s > t`` over all ``t``, and a ``t`` that attains it.
-
-    With the scores sorted decreasingly, cutting after each group of tied
-    scores gives every labelling a threshold can make: cut after the group
-    of score ``u`` ending at rank ``k``, ``TP`` is the number of positives
-    scoring at least ``u`` (a binary search among the sorted positive scores)
-    and ``F1 = 2 TP / (k + n+)``.  ``t`` is the midpoint to the next lower
-    score (or 1 below the lowest).  Labelling nothing positive (F1 = 0) is
-    the fallback, ``t`` above the top score.  O(n log n): two sorts of
-    values, no sort of positions.
-    """
-    s = np.asarray(s, dtype=np.float64)
-    is_pos = y > 0
-    n_pos = int(np.count_nonzero(is_pos))
-    if s.shape[0] == 0 or n_pos == 0:
-        return 0.0, float(s.max() + 1.0) if s.size else 0.0
-    ss = np.sort(s)[::-1]
-    last = np.flatnonzero(np.append(ss[1:] != ss[:-1], True))     # group ends
-    tp = n_pos - np.searchsorted(np.sort(s[is_pos]), ss[last], side="left")
-    f1 = 2.0 * tp / (last + 1 + n_pos)
-    i = int(np.argmax(f1))
-    if f1[i] <= 0:
-        return 0.0, float(ss[0] + 1.0)
-    j = last[i]
-    t = ss[j] - 1.0 if j + 1 == ss.shape[0] else (ss[j] + ss[j + 1]) / 2.0
-    if not ss[j] > t:          # midpoint rounded onto the upper score: step below it
-        t = np.nextafter(ss[j], -np.inf)
-    return float(f1[i]), float(t)
 
 
 @dataclass
