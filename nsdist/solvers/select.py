@@ -222,7 +222,9 @@ class Selection:
         reason, and its cost: ``steps_trained`` (the steps it was alive for) and ``cost_share``, its
         part of all candidates' steps.  A step costs each live candidate one column of ``X @ W`` and
         of ``X.T @ dS`` and one surrogate evaluation (whose cost differs by surrogate), so the share
-        splits a fit's time exactly for the products and approximately for the surrogates."""
+        splits a fit's time exactly for the products and approximately for the surrogates.  A full-batch
+        candidate's share counts the steps it trained beside the stochastic ones; the passes it trained
+        alone after them are the curve's ``passes_batch``."""
         win = self.winner() if np.isfinite(self.value).any() else -1
         epochs = [p["epoch"] for p in self.curve]
         trained = [epochs[d - 1] if d else (epochs[-1] if epochs else 0) for d in self.dropped]
