@@ -279,13 +279,32 @@ class Dataset:
             schema differing from the first partition, an unreadable/corrupt file,
             a row count changed since :meth:`open`.
         """
-        table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout == "columns" and not sparse:
-            X = np.ascontiguousarray(gather_block(checked_columns(
-                table, [name for name, _ in self.schema.columns], self.schema.names, dtype, where), dtype))
-        else:
-            X = self.schema.features(table, dtype, where, sparse=sparse)
-        return X, self.schema.labels(table, where)
+            values, y = self.read_columns(i, dtype=dtype)
+            return np.ascontiguousarray(gather_block(values, dtype)), y
+        table, where = self._read(i, self.schema.read_columns)
+        return self.schema.features(table, dtype, where, sparse=sparse), self.schema.labels(table, where)
+
+    def read_columns(self, i: int, *, dtype=np.float64) -> tuple[list[np.ndarray], np.ndarray]:
+        """Partition ``i`` of the ``"columns"`` layout as its feature columns and its labels, unassembled.
+
+        ``values[j]`` is feature ``j`` of every row, a 1-D ndarray of ``dtype``
+        (a read-only view of Arrow's buffer when the file stores it so, else a
+        cast copy); ``y`` as :meth:`read_partition`'s.  The same checks of every
+        row and the same errors, in the same order, as :meth:`read_partition`,
+        without making the ``(n, d)`` matrix (:mod:`nsdist.data.dense`).
+
+        Raises
+        ------
+        ValueError
+            For another layout, and as :meth:`read_partition`.
+        """
+        if self.schema.layout != "columns":
+            raise ValueError(f"{self.url}: read_columns reads the 'columns' layout, not {self.schema.layout!r}")
+        table, where = self._read(i, self.schema.read_columns)
+        values = checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names, dtype,
+                                 where)                   # the features' errors first, as read_partition
+        return values, self.schema.labels(table, where)
 
     def read_block(self, i: int, *, dtype=np.float64, order: Callable[[np.ndarray], np.ndarray] | None = None,
                    scaling: Scaling | None = None) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
@@ -299,8 +318,8 @@ class Dataset:
         (:func:`~nsdist.solvers.kernel.aligned`); for the ``"columns"`` layout it is
         made in one gathering copy instead of four passes (:mod:`nsdist.data.dense`).
         """
-        table, where = self._read(i, self.schema.read_columns)
         if self.schema.layout != "columns":
+            table, where = self._read(i, self.schema.read_columns)
             X = self.schema.features(table, dtype, where)
             y = self.schema.labels(table, where)
             rows = None if order is None else order(y)
@@ -311,9 +330,8 @@ class Dataset:
             elif rows is not None:
                 X = X[rows]
             return (X if scaling is None else scaling.apply(X)), y
-        values = checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names, dtype,
-                                 where)                   # the features' errors first, as read_partition
-        y, rows = self.schema.labels(table, where), None
+        values, y = self.read_columns(i, dtype=dtype)
+        rows = None
         if order is not None:
             rows = order(y)
             y = y[rows]

@@ -1,0 +1,117 @@
+"""The cheaper reads of the engine give the same numbers as the plain ones (docs/engine.md §Holdout and sample).
+
+Real Parquet files and a real ``LocalCluster`` of worker processes; nothing here
+depends on wall-clock time (the speed lives in ``bench/scale.py``).
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import dask
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from distributed import Client, LocalCluster
+
+from nsdist.api import open_dataset
+from nsdist.engine.cluster import CONFIG_KEY, heap_for_blocks
+from nsdist.engine.holdout import class_counts, column_moments, gather_validation, moments_of, plan_holdout
+from nsdist.solvers.plan import Holdout
+from nsdist.solvers.scaling import merge_moments, row_moments
+
+
+def _write(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    for i, a in enumerate(range(0, len(y), rows_per_file)):
+        cols = {f"f{j}": X[a:a + rows_per_file, j] for j in range(X.shape[1])}
+        cols["label"] = y[a:a + rows_per_file]
+        pq.write_table(pa.table(cols), root / f"part-{i:05d}.parquet")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        yield client
+
+
+def test_column_moments_equal_row_moments_of_the_matrix_to_the_bit():
+    """Moments from the columns are row_moments of the float64 matrix, bit for bit (any shape, dtype, chunk)."""
+    rng = np.random.default_rng(11)
+    for trial in range(14):
+        n, d = int(rng.integers(1, 9000)), int(rng.integers(1, 40))
+        dtype = (np.float32, np.float64)[trial % 2]
+        X = (rng.normal(size=(n, d)) * rng.uniform(0.01, 1e3, d) + rng.uniform(-1e4, 1e4, d)).astype(dtype)
+        columns = [np.ascontiguousarray(X[:, j]) for j in range(d)]
+        ref = row_moments(X.astype(np.float64))
+        for got in (column_moments(columns), column_moments(columns, chunk=int(rng.integers(1, 5000))),
+                    moments_of(np.ascontiguousarray(X))):
+            assert got[0] == ref[0]
+            np.testing.assert_array_equal(got[1], ref[1])
+            np.testing.assert_array_equal(got[2], ref[2])
+
+
+def test_read_columns_are_read_partitions_columns_with_its_errors(tmp_path):
+    """Dataset.read_columns: the columns of read_partition's matrix, its labels, and its error for a bad cell."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 5)).astype(np.float32)
+    y = (rng.random(300) < 0.3).astype(np.int8)
+    ds = open_dataset(_write(tmp_path / "ok", X, y, 300))
+    for dtype in (np.float32, np.float64):
+        values, labels = ds.read_columns(0, dtype=dtype)
+        M, ref_y = ds.read_partition(0, dtype=dtype)
+        np.testing.assert_array_equal(np.column_stack(values), M)
+        assert all(v.dtype == dtype for v in values)
+        np.testing.assert_array_equal(labels, ref_y)
+    X[17, 3] = np.nan
+    bad = open_dataset(_write(tmp_path / "bad", X, y, 300))
+    with pytest.raises(ValueError) as plain:
+        bad.read_partition(0)
+    with pytest.raises(ValueError, match="row 17: feature 'f3'") as columns:
+        bad.read_columns(0)
+    assert str(columns.value) == str(plain.value)
+
+
+def test_validation_rows_and_moments_are_those_of_the_whole_matrix(cluster, tmp_path):
+    """gather_validation on the workers: the holdout's rows (C-ordered, in file order) and the moments of
+    every row, the same numbers as on the whole dataset in memory, for both buffer widths."""
+    rng = np.random.default_rng(5)
+    X = (rng.normal(size=(5000, 12)) * 3 + 1).astype(np.float32)
+    y = np.where(rng.random(5000) < 0.1, 1, -1).astype(np.int8)
+    ds = open_dataset(_write(tmp_path / "data", X, y, 1300))
+    holdout = plan_holdout(cluster, ds, class_counts(cluster, ds), random_state=4, fraction=0.2, max_rows=800)
+    assert holdout == Holdout.draw(y, np.arange(len(y)), 4, 0.2, 800)
+    keep = holdout.mask(y, np.arange(len(y)))
+    for dtype in ("float32", "float64"):
+        (Xv, yv), moments = gather_validation(cluster, ds, holdout, dtype=dtype)
+        assert Xv.flags.c_contiguous and Xv.dtype == dtype
+        np.testing.assert_array_equal(Xv, X[keep].astype(dtype))
+        np.testing.assert_array_equal(yv, y[keep])
+        parts = [row_moments(X[a:a + 1300].astype(dtype).astype(np.float64)) for a in range(0, 5000, 1300)]
+        for got, ref in zip(moments, merge_moments(parts)):
+            np.testing.assert_array_equal(got, ref)
+
+
+def _mmapped(size: int = 1 << 20) -> bool:
+    """Whether glibc serves a ``size``-byte malloc in this process by its own mmap (the chunk's IS_MMAPPED bit)."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    p = libc.malloc(size)
+    head = ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value
+    libc.free(p)
+    return bool(head & 2)
+
+
+def test_heap_for_blocks_raises_the_workers_thresholds_and_puts_them_back(cluster):
+    """docs/engine.md §Cluster: inside the block a 1 MiB allocation comes from the heap in every worker; before
+    and after it, from a fresh mmap (Dask's nanny's MALLOC_TRIM_THRESHOLD_ fixes the threshold at 128 KiB);
+    the configuration key turns it off."""
+    assert all(cluster.run(_mmapped).values())
+    with heap_for_blocks(cluster):
+        assert not any(cluster.run(_mmapped).values())
+    assert all(cluster.run(_mmapped).values())
+    with dask.config.set({CONFIG_KEY: False}), heap_for_blocks(cluster):
+        assert all(cluster.run(_mmapped).values())
