@@ -316,8 +316,8 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "(`nsdist.engine.chain.GATHER_BYTES`); the first step's state is scattered to the worker of the first load "
            "instead of travelling inside the graph; the sample for the cut is read while the chain's last steps run "
            "(not before the chain) and its CSR blocks are scored where they were read (no concatenation on one "
-           "worker); a fresh worker's first read no longer imports pandas (Arrow's to_numpy did: ~0.25 s). Since the "
-           "previous numbers: the lazy step of one candidate adds its gradient with `np.add.at` on 1-D views of W "
+           "worker); a fresh worker's first read no longer imports pandas (Arrow's to_numpy did: ~0.25 s). Then "
+           "(a2a1696, in the previous numbers below): the lazy step of one candidate adds its gradient with `np.add.at` on 1-D views of W "
            "(no scipy matrix built per epoch; several candidates keep scipy's product), reuses the gathered weights "
            "for the float32 copy, and completes the block's iterate sum in slices (no temporary of W's size); the "
            "checked CSR read reads the index range off each row's first and last index once the rows are known to "
@@ -329,7 +329,15 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "(500), 209 -> 176 ms (5000); the checks of the CSR read (8 partitions x 3) 5.8 -> 4.5 ms (float32), "
            "13.8 -> 12.3 ms (float64). The whole job does not show it: a partition's load task (Parquet read, "
            "checks, stream order) takes 190-280 ms and its step 60-100 ms in the engine, against 60-80 ms and "
-           "30-60 ms in one process (see the per-partition table), and the runs vary by more than the saving.")
+           "30-60 ms in one process (see the per-partition table), and the runs vary by more than the saving. "
+           "Since the previous numbers (84b0789): for a `train` call every worker's glibc mmap / trim thresholds "
+           "are raised to 32 / 64 MiB and set back afterwards (`nsdist.engine.cluster.heap_for_blocks`, "
+           "docs/engine.md §Cluster): Dask's nanny starts workers with `MALLOC_TRIM_THRESHOLD_=65536`, which fixes "
+           "the mmap threshold at 128 KiB, so every larger temporary of a step (the d-sized state copies: 8 MB "
+           "each at 2^20) was a fresh mmap faulted in page by page. A/B just before this rerun (40d3d77 vs 84b0789, "
+           "the buffer_size=500 job, 3 alternating pairs on fresh clusters, medians): whole job 3.77 -> 3.58 s, "
+           "chain 3.03 -> 2.83 s; the thresholds alone by `client.run(mallopt)` earlier (3 pairs, a loaded "
+           "machine): 5.32 -> 3.39 s.")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 
