@@ -47,11 +47,17 @@ def test_column_moments_equal_row_moments_of_the_matrix_to_the_bit():
         X = (rng.normal(size=(n, d)) * rng.uniform(0.01, 1e3, d) + rng.uniform(-1e4, 1e4, d)).astype(dtype)
         columns = [np.ascontiguousarray(X[:, j]) for j in range(d)]
         ref = row_moments(X.astype(np.float64))
-        for got in (column_moments(columns), column_moments(columns, chunk=int(rng.integers(1, 5000))),
+        cut = int(rng.integers(0, n))
+        blocks = [[c[:cut] for c in columns], [c[cut:] for c in columns]]      # two blocks, one after the other
+        for got in (column_moments([columns]), column_moments(blocks, chunk=int(rng.integers(1, 5000))),
                     moments_of(np.ascontiguousarray(X))):
             assert got[0] == ref[0]
             np.testing.assert_array_equal(got[1], ref[1])
             np.testing.assert_array_equal(got[2], ref[2])
+        if d >= 4:                      # groups of at least 2 columns: each group's numbers are the whole's
+            groups = [column_moments([columns[a:b]]) for a, b in ((0, d // 2), (d // 2, d))]
+            np.testing.assert_array_equal(np.concatenate([g[1] for g in groups]), ref[1])
+            np.testing.assert_array_equal(np.concatenate([g[2] for g in groups]), ref[2])
 
 
 def test_read_columns_are_read_partitions_columns_with_its_errors(tmp_path):
@@ -66,6 +72,8 @@ def test_read_columns_are_read_partitions_columns_with_its_errors(tmp_path):
         np.testing.assert_array_equal(np.column_stack(values), M)
         assert all(v.dtype == dtype for v in values)
         np.testing.assert_array_equal(labels, ref_y)
+    some, labels = ds.read_columns(0, features=[4, 1])
+    np.testing.assert_array_equal(np.column_stack(some), ds.read_partition(0)[0][:, [4, 1]])
     X[17, 3] = np.nan
     bad = open_dataset(_write(tmp_path / "bad", X, y, 300))
     with pytest.raises(ValueError) as plain:
@@ -73,6 +81,9 @@ def test_read_columns_are_read_partitions_columns_with_its_errors(tmp_path):
     with pytest.raises(ValueError, match="row 17: feature 'f3'") as columns:
         bad.read_columns(0)
     assert str(columns.value) == str(plain.value)
+    bad.read_columns(0, features=[0, 1, 2, 4])               # only the columns asked for are read and checked
+    with pytest.raises(ValueError, match="row 17: feature 'f3'"):
+        bad.read_columns(0, features=[3])
 
 
 def test_validation_rows_and_moments_are_those_of_the_whole_matrix(cluster, tmp_path):
@@ -115,3 +126,21 @@ def test_heap_for_blocks_raises_the_workers_thresholds_and_puts_them_back(cluste
     assert all(cluster.run(_mmapped).values())
     with dask.config.set({CONFIG_KEY: False}), heap_for_blocks(cluster):
         assert all(cluster.run(_mmapped).values())
+
+
+def test_fixed_run_sample_moments_by_column_groups_equal_the_whole_samples(cluster, tmp_path):
+    """A fixed run's moments, computed by groups of columns on the workers, are row_moments of the sample's rows
+    (several partitions, odd column count, both buffer widths); its rows are read only for the cut."""
+    from nsdist.engine.holdout import WorkerSample
+
+    rng = np.random.default_rng(8)
+    X = (rng.normal(size=(3000, 9)) * rng.uniform(0.1, 50, 9) + rng.uniform(-100, 100, 9)).astype(np.float32)
+    y = np.where(rng.random(3000) < 0.2, 1, -1).astype(np.int8)
+    ds = open_dataset(_write(tmp_path / "data", X, y, 700))
+    for dtype in ("float32", "float64"):
+        sample = WorkerSample(cluster, ds, [0, 2, 4], dtype=dtype)
+        rows = np.concatenate([X[700 * p:700 * (p + 1)] for p in (0, 2, 4)]).astype(dtype)
+        for got, ref in zip(sample.moments(), row_moments(rows.astype(np.float64))):
+            np.testing.assert_array_equal(got, ref)
+        assert sample.futures == []
+        sample.release()

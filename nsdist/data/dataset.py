@@ -285,14 +285,17 @@ class Dataset:
         table, where = self._read(i, self.schema.read_columns)
         return self.schema.features(table, dtype, where, sparse=sparse), self.schema.labels(table, where)
 
-    def read_columns(self, i: int, *, dtype=np.float64) -> tuple[list[np.ndarray], np.ndarray]:
+    def read_columns(self, i: int, *, dtype=np.float64,
+                     features: Sequence[int] | None = None) -> tuple[list[np.ndarray], np.ndarray]:
         """Partition ``i`` of the ``"columns"`` layout as its feature columns and its labels, unassembled.
 
-        ``values[j]`` is feature ``j`` of every row, a 1-D ndarray of ``dtype``
-        (a read-only view of Arrow's buffer when the file stores it so, else a
-        cast copy); ``y`` as :meth:`read_partition`'s.  The same checks of every
-        row and the same errors, in the same order, as :meth:`read_partition`,
-        without making the ``(n, d)`` matrix (:mod:`nsdist.data.dense`).
+        ``values[j]`` is the ``j``-th of ``features`` (default: every feature, in
+        order) for every row, a 1-D ndarray of ``dtype`` (a read-only view of
+        Arrow's buffer when the file stores it so, else a cast copy); ``y`` as
+        :meth:`read_partition`'s.  Only those columns and the label are read.
+        With every feature: the same checks of every row and the same errors, in
+        the same order, as :meth:`read_partition`, without making the ``(n, d)``
+        matrix (:mod:`nsdist.data.dense`); with some, the same checks of those.
 
         Raises
         ------
@@ -301,8 +304,10 @@ class Dataset:
         """
         if self.schema.layout != "columns":
             raise ValueError(f"{self.url}: read_columns reads the 'columns' layout, not {self.schema.layout!r}")
-        table, where = self._read(i, self.schema.read_columns)
-        values = checked_columns(table, [name for name, _ in self.schema.columns], self.schema.names, dtype,
+        chosen = range(self.n_features) if features is None else features
+        columns = [self.schema.columns[j][0] for j in chosen]
+        table, where = self._read(i, columns + [self.schema.label])
+        values = checked_columns(table, columns, [self.schema.names[j] for j in chosen], dtype,
                                  where)                   # the features' errors first, as read_partition
         return values, self.schema.labels(table, where)
 

@@ -103,23 +103,29 @@ def moments_of(X, chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
     return _chunked_moments([rows_of(B) for B in blocks], n, blocks[0].shape[1], chunk)
 
 
-def column_moments(values: list[np.ndarray], chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
-    """:func:`moments_of` of the matrix whose columns are ``values`` (1-D, of equal length), to the bit,
-    without making it: what :meth:`~nsdist.data.Dataset.read_columns` returns is enough.
+def column_moments(blocks: list[list[np.ndarray]], chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
+    """:func:`moments_of` of row blocks given by their columns, one block after the other, to the bit, without
+    making them: ``blocks[b][j]`` is column ``j`` of block ``b`` (1-D; what
+    :meth:`~nsdist.data.Dataset.read_columns` returns is enough).
 
-    In a worker this costs about half of assembling the C-ordered partition and
-    taking :func:`moments_of` of it (45 against 54 + 24 ms at 125k x 100 float32:
-    two fresh 50 MB arrays page-fault).
+    Each column's sums run over its own values only, so the moments of a few of
+    a matrix's columns (at least 2) are those columns' moments of the whole.  In
+    a worker this costs about half of assembling a C-ordered partition and taking
+    :func:`moments_of` of it (45 against 54 + 24 ms at 125k x 100 float32: two
+    fresh 50 MB arrays page-fault).
     """
-    n = values[0].shape[0] if values else 0
-    if len(values) < 2 or n == 0:
-        return row_moments(np.column_stack(values).astype(np.float64))
+    n = sum(values[0].shape[0] for values in blocks if values)
+    d = len(blocks[0]) if blocks else 0
+    if d < 2 or n == 0:
+        return row_moments(np.concatenate([np.column_stack(values) for values in blocks]).astype(np.float64))
 
-    def fill(a: int, rows: np.ndarray) -> None:
-        for j, v in enumerate(values):
-            rows[:, j] = v[a:a + rows.shape[0]]
+    def columns_of(values: list[np.ndarray]):
+        def fill(a: int, rows: np.ndarray) -> None:
+            for j, v in enumerate(values):
+                rows[:, j] = v[a:a + rows.shape[0]]
+        return values[0].shape[0], fill
 
-    return _chunked_moments([(n, fill)], n, len(values), chunk)
+    return _chunked_moments([columns_of(values) for values in blocks], n, d, chunk)
 
 
 def _chunked_moments(pieces: list, n: int, d: int, chunk: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -172,7 +178,7 @@ def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: 
     if dataset.schema.layout == "columns":
         values, y = dataset.read_columns(partition, dtype=dtype)
         rows = held_out(y)
-        return np.ascontiguousarray(gather_block(values, dtype, rows=rows)), y[rows], column_moments(values)
+        return np.ascontiguousarray(gather_block(values, dtype, rows=rows)), y[rows], column_moments([values])
     X, y = dataset.read_partition(partition, dtype=dtype)
     rows = held_out(y)
     return X[rows], y[rows], moments_of(X)
@@ -229,6 +235,13 @@ def _sample_moments(*blocks) -> tuple[int, np.ndarray, np.ndarray]:
     return moments_of([b[0] for b in blocks])
 
 
+def _group_moments(dataset: Dataset, partitions: list[int], features: list[int],
+                   dtype: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """The moments of the columns ``features`` over the rows of ``partitions``, one after the other (only those
+    columns are read)."""
+    return column_moments([dataset.read_columns(p, dtype=dtype, features=features)[0] for p in partitions])
+
+
 def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
     from ..solvers.measure import cut_intercept
 
@@ -260,11 +273,13 @@ class WorkerSample:
     """The sample of :func:`sample_partitions`, read on the workers and kept there.
 
     Its partitions are read side by side (a task each) when it is first needed
-    (the moments before training) or, if only a ranking model's cut needs it,
+    (the moments before training) or, if only a ranking model's cut needs them,
     while the chain's last steps run (:meth:`prefetch`), so that the reads do
     not compete with the chain's first loads.  Moments and cut are computed where the rows are: the same numbers
     as on the driver (the same functions on the same rows).  The moments come
-    from the blocks as if concatenated (:func:`moments_of`).  For the cut, dense
+    from the blocks as if concatenated (:func:`moments_of`), or, for a dataset
+    of one column per feature, from groups of columns read side by side
+    (:meth:`_column_moments`; the rows are then read for the cut).  For the cut, dense
     blocks are concatenated on one worker and scored in one product (a
     matrix-vector product is not the same to the bit on the rows split in two);
     CSR blocks are scored each where it lies (a CSR product is: each row's sum
@@ -326,7 +341,28 @@ class WorkerSample:
 
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Row count, column means and squared deviations of the sample's rows (float64)."""
+        if self.dataset.schema.layout == "columns" and self.dataset.n_features >= 4:
+            return self._column_moments()
         return self._on_sample(lambda: self.client.submit(_sample_moments, *self.blocks, pure=False).result())
+
+    def _column_moments(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """:meth:`moments` of a partition of one column per feature, by groups of columns side by side.
+
+        One group (of at least 2 columns) per worker thread, each reading its
+        columns of the sample's partitions (:func:`_group_moments`): a column's
+        moments are its own sums, the numbers of the whole sample's, and every
+        worker works on them, where the rows read for the moments kept one busy
+        and the others idle before the chain's first load.  The rows themselves
+        are read when the cut needs them (:meth:`prefetch`).  A task lost with
+        its worker is run again by Dask.
+        """
+        d = self.dataset.n_features
+        threads = sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values())
+        groups = [g.tolist() for g in np.array_split(np.arange(d), max(1, min(threads, d // 2)))]
+        parts = self.client.gather(self.client.map(
+            _group_moments, [self.dataset] * len(groups), [self.partitions] * len(groups), groups, dtype=self.dtype,
+            pure=False))
+        return parts[0][0], np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
 
     def cut(self, w: np.ndarray, scaling, measure: str, k) -> float:
         """The measure's cut intercept of ``w`` on the (scaled) sample, as the estimator places it."""
