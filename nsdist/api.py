@@ -271,7 +271,10 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
 
     chain.on_step = after_step
     t = time.perf_counter()
-    state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+    try:
+        state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+    finally:
+        chain.release()
     phases["chain"] = time.perf_counter() - t
     t = time.perf_counter()
     if selection is not None:

@@ -174,10 +174,11 @@ def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parq
     log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-", since=since)
     n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
     gap = min(prefetch + 1, threads)
-    token = next(key for key, *_ in log if key.startswith("nsdist-step-") and key.endswith("-11")).split("-")[2]
+    token = {kind: next(key for key, *_ in log if key.startswith(f"nsdist-{kind}-") and key.endswith("-11")
+                        ).split("-")[2] for kind in ("load", "step")}
 
     def when(kind: str, j: int, finish: str) -> float:
-        return min(t for key, _, fin, t in log if key == f"nsdist-{kind}-{token}-{j}" and fin == finish)
+        return min(t for key, _, fin, t in log if key == f"nsdist-{kind}-{token[kind]}-{j}" and fin == finish)
 
     assert model.history["rows_seen"] == 3 * 16000
     assert all(when("load", j, "processing") >= when("step", j - gap, "memory") for j in range(gap, n))
@@ -209,6 +210,41 @@ def test_prefetch_bounds_partitions_in_memory(cluster, tmp_path, letter):
     chain.run(SGDState.zeros(ds.n_features), 0, len(steps))
     assert len(held) == 20
     assert max(held) <= 2 + 1
+
+
+def test_next_segments_loads_start_before_its_check_and_are_read_once(cluster, tmp_path, letter):
+    """docs/engine.md §Partition chain: while a segment's last steps run, the loads of the next segment's first
+    ``prefetch`` steps are submitted (behind the gate), so the check between segments does not stall the
+    chain; the next segment uses them (every partition of the plan is read once), the memory bound holds,
+    and the model is the one a single segment gives."""
+    X, y = letter
+    url = write_parquet(tmp_path / "segments", X, y, rows_per_file=1000)     # 20 partitions
+    ds = open_dataset(url)
+    config = TrainConfig.from_params(measure="pauc", eta=0.5, n_passes=1, random_state=11).resolve(
+        n_features=ds.n_features, n_rows=ds.num_rows)
+    steps, _ = schedule([p.num_rows for p in ds.partitions], 1, random_state=11, shuffle=True, check_rows=None)
+    held: list[int] = []
+
+    def count_loaded(_):
+        keys = [k for ks in cluster.has_what().values() for k in ks]
+        held.append(sum(str(k).startswith("nsdist-load") for k in keys))
+
+    since = cluster.run_on_scheduler(time.time)
+    chain = PartitionChain(cluster, ds, ChainConfig(config), steps, prefetch=2, on_step=count_loaded)
+    state = chain.run(SGDState.zeros(ds.n_features), 0, 10)
+    tasks = cluster.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks])
+    known = {int(k.rsplit("-", 1)[1]) for k in tasks if k.startswith("nsdist-load-")}
+    assert known - set(range(10)) == {10, 11}         # the next segment's first two loads, and no more
+    state = chain.run(state, 10, 20)
+    chain.release()
+    log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-load-", since=since)
+    computed = [key for key, _, finish, _ in log if finish == "memory"]
+    assert sorted(int(k.rsplit("-", 1)[1]) for k in computed) == list(range(20))
+    assert len(held) == 20 and max(held) <= 2 + 1
+    whole = PartitionChain(cluster, ds, ChainConfig(config), steps, prefetch=2).run(SGDState.zeros(ds.n_features),
+                                                                                    0, 20)
+    np.testing.assert_array_equal(state.W, whole.W)
+    np.testing.assert_array_equal(state.W_sum, whole.W_sum)
 
 
 def test_evaluate_equals_in_memory_metrics_with_ties(cluster, tmp_path, letter):

@@ -213,11 +213,19 @@ class PartitionChain:
         self._t0 = time.perf_counter()
         self._res_future = None
         self._spec = None
+        self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
+        self._gates: tuple[int | None, list[Future]] = (None, [])     # (the step they lead into, the gates)
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
     def run(self, state: SGDState, first: int, stop: int) -> SGDState:
-        """Run ``steps[first:stop]`` from ``state``; return the state after the last one."""
+        """Run ``steps[first:stop]`` from ``state``; return the state after the last one.
+
+        The loads of the ``prefetch`` steps after ``stop`` start while this
+        segment's last steps run, so that the next segment does not wait for
+        a load after the check between them; :meth:`release` drops them when
+        no segment follows.
+        """
         restarts, failed_at = 0, None
         self._pos, self._state, self._stop = first, state, stop
         self._reported = first               # steps reported (statistics kept, on_step called) so far
@@ -241,6 +249,14 @@ class PartitionChain:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
 
+    def release(self) -> None:
+        """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
+        ahead, self._ahead = self._ahead, []
+        self._gates = (None, [])
+        if ahead:
+            with contextlib.suppress(Exception):
+                self.client.cancel(ahead)
+
     def _run_from(self) -> None:
         cfg, client, steps = self.cfg, self.client, self.steps
         # the fingerprint does not say where the files are: two copies, or two datasets whose
@@ -252,6 +268,12 @@ class PartitionChain:
                          None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
                                                         st.batch.fx, st.batch.rows, st.batch.evaluations),
                          self._pos)
+        file_order = cfg.config.population.only_batch(st.alive)
+        # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
+        # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
+        load_token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                              cfg.token(), file_order)
+        ahead, self._ahead = self._ahead, []      # held until this segment has asked for them
         if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
             # travel once, not in every task
             self._spec = client.scatter(cfg, broadcast=True, hash=False)
@@ -269,7 +291,6 @@ class PartitionChain:
                 first_load = dict(workers=[home], allow_other_workers=True)
                 prev = client.scatter(self._state, workers=[home], hash=False)
         nxt = self._pos
-        file_order = cfg.config.population.only_batch(st.alive)
         per_round = max(1, cfg.n_chains)
         depth = max(1, self.prefetch // per_round)
         # The sequential chain's gate: load j waits for step j - g, g = min(prefetch + 1, worker threads) (its
@@ -278,7 +299,10 @@ class PartitionChain:
         # worker had started its next load when its block's step became ready, and the step waited behind it
         # (a whole load: 100-250 ms at 125k x 100 float32) while the other worker idled.
         threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
-        gates: deque[Future] = deque(maxlen=min(depth + 1, threads or depth + 1))
+        # (carried over from the segment before, whose loads ahead were gated the same way)
+        gates: deque[Future] = deque(self._gates[1] if self._gates[0] == self._pos else (),
+                                     maxlen=min(depth + 1, threads or depth + 1))
+        self._gates = (None, [])
         try:
             while self._pos < self._stop:
                 # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
@@ -288,9 +312,8 @@ class PartitionChain:
                     results = []
                     for i in range(nxt, end + 1):
                         s = steps[i]
-                        block = client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order,
-                                              key=f"nsdist-load-{token}-{i}", retries=2,
-                                              **(first_load if i == self._pos else {}))
+                        block = self._load(ds, spec, i, gate, file_order, load_token,
+                                           **(first_load if i == self._pos else {}))
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
                                                      end == nxt and ends_pass(steps, i),
                                                      key=f"nsdist-step-{token}-{i}", priority=1))
@@ -311,6 +334,13 @@ class PartitionChain:
                     if nxt == len(steps) and self.on_loads_done is not None:
                         self.on_loads_done()
                         self.on_loads_done = None
+                    if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
+                        gated = list(gates) if len(gates) == gates.maxlen else []
+                        self._gates = (nxt, list(gates))
+                        self._ahead = [self._load(ds, spec, j, gated[k] if k < len(gated) else None, file_order,
+                                                  load_token)
+                                       for k, j in enumerate(range(nxt, min(nxt + depth * per_round, len(steps))))]
+                ahead = []          # the steps that use them hold them now (a held block counts against prefetch)
                 i, fut, _, summary = inflight[0]
                 if summary is None:
                     state, stats = fut.result()
@@ -326,9 +356,17 @@ class PartitionChain:
             # and the failed step now, so that they neither stay in the workers' memory nor answer
             # a later job that asks for the same keys.  (The cluster may be gone: the error is
             # the one to report, not the cancel's.)
+            self._gates = (None, [])
             with contextlib.suppress(Exception):
                 client.cancel([g for _, f, parts, summary in inflight for g in (f, *parts, summary) if g is not None])
             raise
+
+    def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,
+              **where) -> Future:
+        """Submit step ``i``'s load (or find the one submitted ahead of a check: the same key)."""
+        s = self.steps[i]
+        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order,
+                                  key=f"nsdist-load-{token}-{i}", retries=2, **where)
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
                 future: Future | None) -> None:
