@@ -24,9 +24,8 @@ from .engine.holdout import WorkerSample, check_classes, class_counts, gather_va
 from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
 from .engine.scores import evaluate_sparse_input
-from .estimator import NonDecomposableClassifier, mean_sq_norm
 from .model import LinearModel, load_model
-from .solvers.config import TrainConfig
+from .solvers.config import TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
 from .solvers.measure import get_measure
 from .solvers.plan import rounds, schedule
@@ -321,6 +320,7 @@ def _writeable(X):
 
 def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
     """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver (the estimator scales)."""
+    from .estimator import NonDecomposableClassifier   # scikit-learn: ~1 s to import, only these solvers need it
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])

@@ -16,7 +16,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .solvers.config import DEFAULTS, SOLVERS, STREAMING, TrainConfig
+from .solvers.config import DEFAULTS, SOLVERS, STREAMING, TrainConfig, mean_sq_norm
 from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl
@@ -34,14 +34,6 @@ __all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_fai
 _ONLINE = ("1pmb", "2pmb", "ftrl")
 _DTYPES = [np.float64, np.float32]
 
-
-def mean_sq_norm(X) -> float:
-    """``E||x||^2`` over the rows of ``X`` (dense or sparse): the natural step scale is its inverse."""
-    if X.shape[0] == 0:
-        return float("nan")
-    if sp.issparse(X):
-        return float(X.multiply(X).sum(dtype=np.float64) / X.shape[0])
-    return float(np.einsum("ij,ij->", X, X, dtype=np.float64) / X.shape[0])
 
 class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     """Linear scorer ``s(x) = w.x + b`` trained for a non-decomposable measure.

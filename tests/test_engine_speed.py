@@ -144,3 +144,21 @@ def test_fixed_run_sample_moments_by_column_groups_equal_the_whole_samples(clust
             np.testing.assert_array_equal(got, ref)
         assert sample.futures == []
         sample.release()
+
+
+def test_the_engine_and_its_workers_do_not_import_scikit_learn():
+    """``nsdist.train`` and the engine's tasks (and so every fresh worker) import without scikit-learn (about
+    a second); only the estimator and the in-memory baselines need it.  A fresh interpreter, so that nothing
+    imported by the tests counts."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import nsdist, nsdist.api, nsdist.engine.chain, nsdist.engine.holdout, nsdist.engine.evaluate; "
+            "nsdist.train; print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
+    code = "import sys; import nsdist; nsdist.NonDecomposableClassifier; print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "True"

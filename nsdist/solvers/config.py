@@ -45,7 +45,8 @@ from .measure import get_measure, make_loss
 from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
-           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "DEFAULTS"]
+           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "DEFAULTS",
+           "mean_sq_norm"]
 
 #: the solvers (docs/solvers.md)
 SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
@@ -143,6 +144,15 @@ def _schedules(loss: Loss, *, chosen: bool) -> tuple[bool, ...]:
     if not chosen or not loss.smooth:
         return (False,)
     return (True, False) if loss.name in BOTH_SCHEDULES else (True,)
+
+
+def mean_sq_norm(X) -> float:
+    """``E||x||^2`` over the rows of ``X`` (dense or sparse): the natural step scale is its inverse."""
+    if X.shape[0] == 0:
+        return float("nan")
+    if sp.issparse(X):
+        return float(X.multiply(X).sum(dtype=np.float64) / X.shape[0])
+    return float(np.einsum("ij,ij->", X, X, dtype=np.float64) / X.shape[0])
 
 
 def _check_int(name: str, value, low: int, allow_none: bool = False) -> None:
