@@ -263,16 +263,16 @@ class PartitionChain:
         # files have the same names and sizes, must not share task keys (and so results)
         # (the state by its arrays, which dask hashes as buffers: its to_dict() lists took seconds at d = 2^20)
         st = self._state
-        token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                         cfg.token(), (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
+        job = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                       cfg.token())
+        token = tokenize(job, (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
                          None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
                                                         st.batch.fx, st.batch.rows, st.batch.evaluations),
                          self._pos)
         file_order = cfg.config.population.only_batch(st.alive)
         # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
-        load_token = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                              cfg.token(), file_order)
+        load_token = tokenize(job, file_order)
         ahead, self._ahead = self._ahead, []      # held until this segment has asked for them
         if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
             # travel once, not in every task
