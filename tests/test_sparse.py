@@ -82,6 +82,12 @@ def test_svmlight_round_trips_exactly_through_the_sparse_layout(tmp_path, dask_c
     assert stored["layout"] == "sparse" and stored["n_features"] == 1000
     assert stored["feature_names"] == {"prefix": "x", "start": 1, "n": 1000}
     assert ds.feature_names == NameRange("x", 1, 1000) and ds.feature_names[:2] == ["x1", "x2"]
+    # docs: zstd; the list columns without a dictionary (too many distinct values), the label with one
+    columns = pq.ParquetFile(ds.partitions[0].path).metadata.row_group(0)
+    encodings = {columns.column(i).path_in_schema: columns.column(i).encodings for i in range(columns.num_columns)}
+    assert {columns.column(i).compression for i in range(columns.num_columns)} == {"ZSTD"}
+    assert not any("DICTIONARY" in e for e in encodings["indices.list.element"] + encodings["values.list.element"])
+    assert any("DICTIONARY" in e for e in encodings["label"])
     rows = []
     for i in range(len(ds.partitions)):
         X, y = ds.read_partition(i)

@@ -48,7 +48,7 @@ from nsdist.data.dataset import Dataset
 from nsdist.data.fs import access, check_absent, resolve, staging_directory
 from nsdist._names import names_to_json
 from nsdist.data.labels import LabelValues
-from nsdist.data.layout import arrow_schema, check_layout, choose_layout, record_batch, row_group_rows
+from nsdist.data.layout import arrow_schema, check_layout, choose_layout, parquet_options, record_batch
 from nsdist.data.layout import partition_rows as layout_partition_rows
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, TextBlock, check_chunk_rows
 from nsdist.data.shuffle import assign_rows, partition_sizes, rng
@@ -371,8 +371,7 @@ class _Job:
         sink = pa.BufferOutputStream()
         nnz = (pc.sum(pc.list_value_length(table.column("indices"))).as_py() or 0
                if self.options.layout == "sparse" else 0)
-        pq.write_table(table, sink, compression="zstd",
-                       row_group_size=row_group_rows(self.options.layout, table.num_rows, nnz))
+        pq.write_table(table, sink, **parquet_options(self.options.layout, table.num_rows, nnz))
         data = sink.getvalue()
         name = f"part-{b:05d}.parquet"
         with access(self.fs, posixpath.join(self.staging, name), "write"), \
