@@ -337,7 +337,15 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "each at 2^20) was a fresh mmap faulted in page by page. A/B just before this rerun (40d3d77 vs 84b0789, "
            "the buffer_size=500 job, 3 alternating pairs on fresh clusters, medians): whole job 3.77 -> 3.58 s, "
            "chain 3.03 -> 2.83 s; the thresholds alone by `client.run(mallopt)` earlier (3 pairs, a loaded "
-           "machine): 5.32 -> 3.39 s.")
+           "machine): 5.32 -> 3.39 s. Since the previous numbers (at 84b0789, the table just below; this rerun at "
+           "d55070d): the text files were regenerated with the sparse layout's write options (`nsdist.data.layout."
+           "parquet_options`: no Parquet dictionary on the `indices` / `values` lists; same rows, so the same models "
+           "and test measures): 43.1 -> 39.4 MB a file on average, one partition's `pq.read_table` on one thread "
+           "128 -> 95 ms. The bare scan got faster (818,159 / 1,012,421 -> 1,109,645 / 905,386 rows/s, a noisy "
+           "machine), the one-pass job did not measurably: alternating the old and the new files (buffer_size=500, "
+           "3 pairs, fresh clusters) 3.28 / 2.63 / 3.10 -> 2.93 / 3.05 / 2.90 s, load tasks 252 / 181 / 199 -> "
+           "191 / 191 / 197 ms -- the job waits on the sequential steps and the 16 MB state's hand-offs, not on "
+           "the reads.")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 
