@@ -64,7 +64,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nsdist.data import Dataset, ingest  # noqa: E402
-from nsdist.data.layout import parquet_options  # noqa: E402
+from nsdist.data.layout import DICTIONARY_PAGE_BYTES, parquet_options  # noqa: E402
 from nsdist.model import LinearModel, load_model  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -137,7 +137,7 @@ def generate_text_like(root: str | os.PathLike, *, n_rows: int = TEXT_DEFAULTS["
     started = time.perf_counter()
     args = dict(n_rows=n_rows, n_files=n_files, n_features=n_features, nnz_per_row=nnz_per_row,
                 zipf_s=zipf_s, positive_rate=positive_rate, n_informative=n_informative, noise=noise, seed=seed,
-                parquet={k: v for k, v in parquet_options("sparse", 1, 1).items() if k != "row_group_size"})
+                parquet={"compression": "zstd", "dictionary_page_bytes": DICTIONARY_PAGE_BYTES})
     done = root / "_generated.json"
     if done.exists() and not overwrite:
         info = json.loads(done.read_text())
@@ -189,7 +189,7 @@ def generate_text_like(root: str | os.PathLike, *, n_rows: int = TEXT_DEFAULTS["
         table = pa.Table.from_arrays([pa.ListArray.from_arrays(offsets, pa.array(cols)),
                                       pa.ListArray.from_arrays(offsets, pa.array(values)), pa.array(y)],
                                      schema=schema)
-        pq.write_table(table, root / f"part-{f:05d}.parquet", **parquet_options("sparse", n, len(cols)))
+        pq.write_table(table, root / f"part-{f:05d}.parquet", **parquet_options(table, "sparse"))
         nnz_total += len(cols)
         positives += int((y > 0).sum())
     info = {"args": args, "num_rows": n_rows, "nnz": nnz_total, "nnz_per_row": nnz_total / n_rows,

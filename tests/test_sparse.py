@@ -18,7 +18,7 @@ from sklearn.preprocessing import StandardScaler
 
 from nsdist._names import NameRange
 from nsdist.data import Dataset, ingest
-from nsdist.data.layout import choose_layout, sparse_matrix
+from nsdist.data.layout import DICTIONARY_PAGE_BYTES, choose_layout, parquet_options, sparse_matrix
 from nsdist.engine.evaluate import evaluate_dataset
 from nsdist.engine.scaling import Scaling, feature_scaling
 from nsdist.engine.scores import evaluate_sparse_input
@@ -82,12 +82,11 @@ def test_svmlight_round_trips_exactly_through_the_sparse_layout(tmp_path, dask_c
     assert stored["layout"] == "sparse" and stored["n_features"] == 1000
     assert stored["feature_names"] == {"prefix": "x", "start": 1, "n": 1000}
     assert ds.feature_names == NameRange("x", 1, 1000) and ds.feature_names[:2] == ["x1", "x2"]
-    # docs: zstd; the list columns without a dictionary (too many distinct values), the label with one
+    # docs: zstd, and a dictionary for each column whose few distinct values fit one dictionary page
     columns = pq.ParquetFile(ds.partitions[0].path).metadata.row_group(0)
     encodings = {columns.column(i).path_in_schema: columns.column(i).encodings for i in range(columns.num_columns)}
     assert {columns.column(i).compression for i in range(columns.num_columns)} == {"ZSTD"}
-    assert not any("DICTIONARY" in e for e in encodings["indices.list.element"] + encodings["values.list.element"])
-    assert any("DICTIONARY" in e for e in encodings["label"])
+    assert all(any("DICTIONARY" in e for e in encodings[c]) for c in encodings)
     rows = []
     for i in range(len(ds.partitions)):
         X, y = ds.read_partition(i)
@@ -98,6 +97,33 @@ def test_svmlight_round_trips_exactly_through_the_sparse_layout(tmp_path, dask_c
     assert X32.dtype == np.float32
     dense, _ = ds.read_partition(0, sparse=False)
     assert isinstance(dense, np.ndarray) and dense[0, 999] == 3e-07 and dense[0, 6] == -2.25
+
+
+def test_list_columns_get_a_dictionary_only_when_their_distinct_values_fit_one_page(tmp_path):
+    """docs/engine.md §Dataset format: a sparse partition's list column is dictionary-encoded when its
+    distinct values fit one dictionary page; past that (here 140,000 distinct float64 values, 1.1 MB) it is
+    written plain -- pyarrow would otherwise write dictionary pages and then fall back -- and the rows read
+    back the same either way."""
+    rng = np.random.default_rng(0)
+    n_rows, per_row = 2000, 70
+    cols = np.sort(np.stack([rng.choice(500, per_row, replace=False) for _ in range(n_rows)]), axis=1)
+    offsets = pa.array(np.arange(0, n_rows * per_row + 1, per_row, dtype=np.int32))
+    distinct = rng.permutation(n_rows * per_row).astype(np.float64) + 0.5     # every value different
+    assert distinct.nbytes > DICTIONARY_PAGE_BYTES
+    for values, dictionary in ((distinct, False), (np.ones(n_rows * per_row), True)):
+        table = pa.table({"indices": pa.ListArray.from_arrays(offsets, pa.array(cols.ravel().astype(np.int32))),
+                          "values": pa.ListArray.from_arrays(offsets, pa.array(values)),
+                          "label": pa.array(np.where(np.arange(n_rows) % 7 == 0, 1, -1).astype(np.int8))})
+        options = parquet_options(table, "sparse")
+        assert options["use_dictionary"] == ["label", "indices.list.element"] + (
+            ["values.list.element"] if dictionary else [])
+        path = tmp_path / f"dict-{dictionary}.parquet"
+        pq.write_table(table, path, **options)
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+        assert any("DICTIONARY" in e for e in encodings["indices.list.element"])
+        assert any("DICTIONARY" in e for e in encodings["values.list.element"]) == dictionary
+        assert pq.read_table(path).equals(table)
 
 
 def test_w8a_and_a9a_both_layouts_equal_sklearn(shared_data, tmp_path, dask_client):

@@ -369,9 +369,7 @@ class _Job:
             table = table.take(pa.array(rng(self.options.random_state, 2, b).permutation(table.num_rows)))
         table = table.replace_schema_metadata({meta.META_KEY: meta.dumps(self.header_meta)})
         sink = pa.BufferOutputStream()
-        nnz = (pc.sum(pc.list_value_length(table.column("indices"))).as_py() or 0
-               if self.options.layout == "sparse" else 0)
-        pq.write_table(table, sink, **parquet_options(self.options.layout, table.num_rows, nnz))
+        pq.write_table(table, sink, **parquet_options(table, self.options.layout))
         data = sink.getvalue()
         name = f"part-{b:05d}.parquet"
         with access(self.fs, posixpath.join(self.staging, name), "write"), \

@@ -21,13 +21,17 @@ one-hot categorical columns of many levels goes sparse.  Partitions and row grou
 layout are sized by their non-zeros (:func:`partition_rows`,
 :func:`parquet_options`), not by ``rows * d``.
 
-Files are written with zstd (:func:`parquet_options`).  The sparse layout's
-list columns are not dictionary-encoded: a column of feature indices or values
-has too many distinct values for a dictionary, and on a generated 2^20-feature
-text partition (62,500 rows, 6.25 M non-zeros) the dictionary attempt made the
-file larger (43.1 against 39.4 MB) and its read slower (128 against 95 ms, one
-thread).  Dense columns keep Parquet's dictionary, which one-hot and
-integer-valued features compress into almost nothing.
+Files are written with zstd (:func:`parquet_options`).  A list column of the
+sparse layout is dictionary-encoded only when its distinct values fit one
+dictionary page (:data:`DICTIONARY_PAGE_BYTES`, pyarrow's limit).  Binary
+values and a few hundred feature indices (LIBSVM's w8a, a9a) then decode from a
+tiny dictionary; a column with more distinct values would make pyarrow write
+dictionary pages and then fall back to plain ones, the worst of both: on a
+generated 2^20-feature text partition (62,500 rows, 6.25 M non-zeros, 625 k
+distinct indices) that made the file larger (43.1 against 39.4 MB) and its read
+slower (128 against 95 ms, one thread).  Dense columns keep Parquet's
+dictionary, which one-hot and integer-valued features compress into almost
+nothing.
 
 Reading (:func:`sparse_matrix`): the list columns of a table become a
 ``scipy.sparse.csr_matrix`` with the row pointers built from the lists' offsets
@@ -45,10 +49,13 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 
 __all__ = ["LAYOUTS", "check_layout", "choose_layout", "arrow_schema", "record_batch",
-           "partition_rows", "parquet_options", "ROW_GROUP_NNZ", "sparse_matrix"]
+           "partition_rows", "parquet_options", "ROW_GROUP_NNZ", "DICTIONARY_PAGE_BYTES", "sparse_matrix"]
 
 LAYOUTS = ("auto", "dense", "sparse")
 ROW_GROUP_NNZ = 2**20          # non-zeros per Parquet row group of the sparse layout
+#: a list column is dictionary-encoded when its distinct values fit one dictionary page of this size
+#: (pyarrow's ``dictionary_pagesize_limit``; beyond it the writer falls back to plain pages)
+DICTIONARY_PAGE_BYTES = 1 << 20
 _LABEL = "label"
 
 
@@ -123,13 +130,28 @@ def partition_rows(layout: str, n_features: int, nnz_per_row: float, itemsize: i
     return int(np.clip(target_bytes // max(per_row, 1), low, high))
 
 
-def parquet_options(layout: str, n_rows: int, nnz: int) -> dict:
-    """``pyarrow.parquet.write_table`` options of a partition (module doc): zstd; for the sparse layout,
-    row groups of about :data:`ROW_GROUP_NNZ` non-zeros and a dictionary for the label column only."""
+def parquet_options(table: pa.Table, layout: str) -> dict:
+    """``pyarrow.parquet.write_table`` options of a partition (module doc): zstd; for the sparse layout, row
+    groups of about :data:`ROW_GROUP_NNZ` non-zeros and a dictionary for the label and for each list column
+    whose distinct values fit :data:`DICTIONARY_PAGE_BYTES`."""
     if layout != "sparse":
         return {"compression": "zstd"}
+    n_rows, nnz = table.num_rows, len(pc.list_flatten(table.column("indices")))
     rows = int(max(1, min(n_rows, ROW_GROUP_NNZ * n_rows // max(nnz, 1)))) if n_rows else None
-    return {"compression": "zstd", "row_group_size": rows, "use_dictionary": [_LABEL]}
+    return {"compression": "zstd", "row_group_size": rows,
+            "use_dictionary": [_LABEL] + [f"{c}.list.element" for c in ("indices", "values")     # the leaf columns
+                                          if _fits_dictionary(table.column(c))]}
+
+
+def _fits_dictionary(column: pa.ChunkedArray) -> bool:
+    """The list column's distinct values fit one dictionary page.  The first ``2 * limit`` values decide
+    when they already hold more than ``limit`` distinct ones (hashing millions of distinct floats takes
+    seconds); otherwise all are counted."""
+    values = pc.list_flatten(column)
+    limit = DICTIONARY_PAGE_BYTES // values.type.byte_width
+    if pc.count_distinct(values.slice(0, 2 * limit)).as_py() > limit:
+        return False
+    return pc.count_distinct(values).as_py() <= limit
 
 
 def _first(mask: np.ndarray) -> int:
