@@ -136,18 +136,18 @@ def parquet_options(table: pa.Table, layout: str) -> dict:
     whose distinct values fit :data:`DICTIONARY_PAGE_BYTES`."""
     if layout != "sparse":
         return {"compression": "zstd"}
-    n_rows, nnz = table.num_rows, len(pc.list_flatten(table.column("indices")))
+    flat = {c: pc.list_flatten(table.column(c)) for c in ("indices", "values")}
+    n_rows, nnz = table.num_rows, len(flat["indices"])
     rows = int(max(1, min(n_rows, ROW_GROUP_NNZ * n_rows // max(nnz, 1)))) if n_rows else None
     return {"compression": "zstd", "row_group_size": rows,
-            "use_dictionary": [_LABEL] + [f"{c}.list.element" for c in ("indices", "values")     # the leaf columns
-                                          if _fits_dictionary(table.column(c))]}
+            "use_dictionary": [_LABEL] + [f"{c}.list.element" for c, values in flat.items()     # the leaf columns
+                                          if _fits_dictionary(values)]}
 
 
-def _fits_dictionary(column: pa.ChunkedArray) -> bool:
-    """The list column's distinct values fit one dictionary page.  The first ``2 * limit`` values decide
+def _fits_dictionary(values: pa.ChunkedArray) -> bool:
+    """A list column's values (flattened) fit one dictionary page.  The first ``2 * limit`` values decide
     when they already hold more than ``limit`` distinct ones (hashing millions of distinct floats takes
     seconds); otherwise all are counted."""
-    values = pc.list_flatten(column)
     limit = DICTIONARY_PAGE_BYTES // values.type.byte_width
     if pc.count_distinct(values.slice(0, 2 * limit)).as_py() > limit:
         return False
