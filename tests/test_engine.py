@@ -193,18 +193,27 @@ def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
     assert not np.array_equal(a.coef, c.coef)
 
 
-def test_prefetch_bounds_partitions_in_memory(cluster, tmp_path, letter):
+def _twenty_partitions(root: Path, letter, seed: int):
+    """Letter in 20 files of 1000 rows, a one-pass 1PMB config and its plan."""
     X, y = letter
-    url = write_parquet(tmp_path / "many", X, y, rows_per_file=1000)     # 20 partitions
-    ds = open_dataset(url)
-    config = TrainConfig.from_params(measure="pauc", eta=0.5, n_passes=1).resolve(n_features=ds.n_features,
-                                                                                  n_rows=ds.num_rows)
-    steps, _ = schedule([p.num_rows for p in ds.partitions], 1, random_state=0, shuffle=True, check_rows=None)
+    ds = open_dataset(write_parquet(root, X, y, rows_per_file=1000))
+    config = TrainConfig.from_params(measure="pauc", eta=0.5, n_passes=1, random_state=seed).resolve(
+        n_features=ds.n_features, n_rows=ds.num_rows)
+    steps, _ = schedule([p.num_rows for p in ds.partitions], 1, random_state=seed, shuffle=True, check_rows=None)
+    return ds, config, steps
+
+
+def _loads_held(cluster) -> int:
+    """Partitions the workers hold as loaded blocks right now."""
+    return sum(str(k).startswith("nsdist-load") for ks in cluster.has_what().values() for k in ks)
+
+
+def test_prefetch_bounds_partitions_in_memory(cluster, tmp_path, letter):
+    ds, config, steps = _twenty_partitions(tmp_path / "many", letter, seed=0)
     held: list[int] = []
 
     def count_loaded(_):
-        keys = [k for ks in cluster.has_what().values() for k in ks]
-        held.append(sum(str(k).startswith("nsdist-load") for k in keys))
+        held.append(_loads_held(cluster))
 
     chain = PartitionChain(cluster, ds, ChainConfig(config), steps, prefetch=2, on_step=count_loaded)
     chain.run(SGDState.zeros(ds.n_features), 0, len(steps))
@@ -217,17 +226,11 @@ def test_next_segments_loads_start_before_its_check_and_are_read_once(cluster, t
     ``prefetch`` steps are submitted (behind the gate), so the check between segments does not stall the
     chain; the next segment uses them (every partition of the plan is read once), the memory bound holds,
     and the model is the one a single segment gives."""
-    X, y = letter
-    url = write_parquet(tmp_path / "segments", X, y, rows_per_file=1000)     # 20 partitions
-    ds = open_dataset(url)
-    config = TrainConfig.from_params(measure="pauc", eta=0.5, n_passes=1, random_state=11).resolve(
-        n_features=ds.n_features, n_rows=ds.num_rows)
-    steps, _ = schedule([p.num_rows for p in ds.partitions], 1, random_state=11, shuffle=True, check_rows=None)
+    ds, config, steps = _twenty_partitions(tmp_path / "segments", letter, seed=11)
     held: list[int] = []
 
     def count_loaded(_):
-        keys = [k for ks in cluster.has_what().values() for k in ks]
-        held.append(sum(str(k).startswith("nsdist-load") for k in keys))
+        held.append(_loads_held(cluster))
 
     since = cluster.run_on_scheduler(time.time)
     chain = PartitionChain(cluster, ds, ChainConfig(config), steps, prefetch=2, on_step=count_loaded)
