@@ -33,7 +33,8 @@ rss      Peak RSS per worker at 10^6, 2x10^6 and 10^7 rows (same file size,
 dp       Data-parallel speed-up K=1 -> K=2 on 2 cores in a compute-bound
          setting (``--dp-surrogate``, ``--dp-features``), against the ideal 2x.
 quality  Test pAUC(0, 0.1) at K = 1, 2, 4, 8 on the bundled data sets
-         (ingested into >= 16 partitions), default configuration.
+         (ingested into >= 16 partitions), default configuration, for each
+         ``--quality-seeds`` seed (the selection's winner moves with the seed).
 cost     A cost model for 16 and 64 workers from the measured sched numbers.
 """
 from __future__ import annotations
@@ -474,16 +475,29 @@ def part_quality(args, res: dict, flush=lambda: None) -> None:
             import scipy.sparse as sp
             Xt = sp.vstack(Xt, format="csr") if sp.issparse(Xt[0]) else np.concatenate(Xt)
             yt = np.concatenate(yt)
-            row = {"train_partitions": len(tr.partitions), "train_rows": int(tr.num_rows), "test_rows": int(len(yt))}
+            row = {"train_partitions": len(tr.partitions), "train_rows": int(tr.num_rows), "test_rows": int(len(yt)),
+                   "seeds": {}}
+            for seed in args.quality_seeds:
+                runs = {}
+                for k in args.quality_k:
+                    t0 = time.perf_counter()
+                    model = train(tr, client=client, measure="pauc", beta=0.1, solver="1pmb", n_chains=k,
+                                  random_state=seed)
+                    s = model.decision_function(Xt)
+                    runs[f"k{k}"] = {"test_pauc": metrics.partial_auc(yt, s, 0.1),
+                                     "seconds": time.perf_counter() - t0, "passes": model.history.get("passes"),
+                                     "selected": model.history.get("selected")}
+                    print(f"  quality {name} seed={seed} K={k}: {runs[f'k{k}']}", flush=True)
+                row["seeds"][str(seed)] = runs
+            # per seed, each K against K = the first of --quality-k; a cell of the table is the mean over seeds
+            diffs = [100 * (runs[f"k{k}"]["test_pauc"] - runs[f"k{args.quality_k[0]}"]["test_pauc"])
+                     for runs in row["seeds"].values() for k in args.quality_k[1:]]
             for k in args.quality_k:
-                t0 = time.perf_counter()
-                model = train(tr, client=client, measure="pauc", beta=0.1, solver="1pmb", n_chains=k)
-                s = model.decision_function(Xt)
-                row[f"k{k}"] = {"test_pauc": metrics.partial_auc(yt, s, 0.1), "seconds": time.perf_counter() - t0,
-                                "passes": model.history.get("passes"), "selected": model.history.get("selected")}
-                print(f"  quality {name} K={k}: {row[f'k{k}']}", flush=True)
-            base = row[f"k{args.quality_k[0]}"]["test_pauc"]
-            row["max_abs_diff_points"] = max(100 * abs(row[f"k{k}"]["test_pauc"] - base) for k in args.quality_k)
+                row[f"k{k}"] = {"test_pauc": statistics.mean(r[f"k{k}"]["test_pauc"] for r in row["seeds"].values())}
+            row["max_abs_diff_points"] = max(map(abs, diffs), default=0.0)
+            row["mean_abs_diff_points"] = statistics.mean(map(abs, diffs)) if diffs else 0.0
+            row["mean_diff_points"] = statistics.mean(diffs) if diffs else 0.0
+            row["within_half_point"] = [sum(abs(d) <= 0.5 for d in diffs), len(diffs)]
             out[name] = row
             res["quality"] = out
             flush()
@@ -692,19 +706,24 @@ def write_report(r: dict, out: Path, command: str) -> None:
               "(ideal 2x).", ""]
     if "quality" in r:
         ks = a["quality_k"]
+        seeds = a.get("quality_seeds", [0])
         L += ["## Data-parallel: test pAUC(0, 0.1) at K = " + ", ".join(map(str, ks)), "",
               "Default configuration (holdout, population, early stopping), 1PMB pAUC(0, 0.1); data ingested "
               "with `nsdist.ingest(src, dst, rows_per_partition=...)`; test = the set's test file, else the last "
-              "quarter of the partitions.", "",
+              f"quarter of the partitions. Seeds (`random_state`): {', '.join(map(str, seeds))}; a K cell is the "
+              f"mean over the seeds; the differences are each seed's K against its own K={ks[0]} (in points).", "",
               "| data set | train partitions | train rows | test rows | " + " | ".join(f"K={k}" for k in ks)
-              + " | max diff (points) |", "|---|---|---|---|" + "---|" * (len(ks) + 1)]
+              + " | max abs diff | mean abs diff | mean diff | within 0.5 |", "|---|---|---|---|" + "---|" * (len(ks) + 4)]
         for name, v in r["quality"].items():
             if "skipped" in v:
                 L.append(f"| {name} | skipped: {v['skipped']} |")
                 continue
+            within = v.get("within_half_point")
             L.append(f"| {name} | {v['train_partitions']} | {v['train_rows']:,} | {v['test_rows']:,} | "
                      + " | ".join(f"{100 * v[f'k{k}']['test_pauc']:.2f}" for k in ks)
-                     + f" | {v['max_abs_diff_points']:.2f} |")
+                     + f" | {v['max_abs_diff_points']:.2f} | {v.get('mean_abs_diff_points', float('nan')):.2f} | "
+                     f"{v.get('mean_diff_points', float('nan')):+.2f} | "
+                     + (f"{within[0]}/{within[1]}" if within else "") + " |")
         L.append("")
     if "cost" in r:
         c = r["cost"]
@@ -769,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quality-sets", default="letter,mammography,ijcnn1,a9a,w8a")
     ap.add_argument("--quality-k", default="1,2,4,8")
     ap.add_argument("--quality-partitions", type=int, default=16, help="training partitions per data set")
+    ap.add_argument("--quality-seeds", default="0", help="random_state values of the quality part (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="4 files x 25k rows, 1 repeat, small RSS/dp (smoke run)")
     ap.add_argument("--merge", action="store_true", help="keep the parts of an existing --out JSON not rerun")
     ap.add_argument("--note", action="append", default=[], help="a note for the report (repeatable)")
@@ -790,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rss_files = [int(x) for x in args.rss_files.split(",") if x]
     args.quality_k = [int(x) for x in args.quality_k.split(",") if x]
     args.quality_sets = [x for x in args.quality_sets.split(",") if x]
+    args.quality_seeds = [int(x) for x in args.quality_seeds.split(",") if x]
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)

@@ -190,7 +190,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         val = (scaling.apply(_writeable(val[0])), val[1])
     n_val = 0 if val is None else val[0].shape[0]
     cfg = cfg.resolve(n_features=ds.n_features, n_rows=ds.num_rows - (holdout.n_rows if holdout else 0),
-                      mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val)
+                      mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val, n_chains=n_chains)
     log.info("training %d candidate(s) %s; up to %d passes%s", len(cfg.candidates),
              ", ".join(cand.name for cand in cfg.candidates[:6]) + (" ..." if len(cfg.candidates) > 6 else ""),
              cfg.passes, ", early stopping on the validation measure" if cfg.early_stopping else "")

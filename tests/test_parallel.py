@@ -71,7 +71,7 @@ def test_k_chains_equal_the_in_memory_reference_of_the_same_plan(cluster, letter
 
 def test_k_chains_are_the_same_model_on_any_cluster(cluster, dask_processes, letter_12):
     url, _, _ = letter_12
-    params = dict(measure="prbep", n_chains=4, random_state=2)      # the defaults: selection as well
+    params = dict(measure="prbep", n_chains=4, random_state=2, max_passes=20)   # the selection as well
     local = train(url, client=cluster, **params)
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as lc, Client(lc) as one:
         single = train(url, client=one, **params)
@@ -79,6 +79,18 @@ def test_k_chains_are_the_same_model_on_any_cluster(cluster, dask_processes, let
         remote = train(url, client=client, **params)
     assert_same_model(local, single)
     assert_same_model(local, remote)
+
+
+def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12):
+    """A check judges averages of >= 50 iterates: with K chains a round advances the mixed step counter by one
+    block's epochs, so the checks are K times as many rows apart (here 4 x 50 x 500 rows: every 9 passes of 12 000
+    rows, 6 mixed steps each), and one more check ends the pass budget."""
+    url, _, _ = letter_12
+    model = train(url, client=cluster, measure="pauc", n_chains=4, random_state=3, max_passes=20)
+    epochs = [p["epoch"] for p in model.history["validation_curve"]]
+    assert len(epochs) == 3 and epochs[-1] == 20 * 6                     # 25 000 rows apart: 7 checks
+    assert all(b - a >= 50 for a, b in zip([0] + epochs[:-2], epochs[:-1]))
+    assert model.history["passes"] == 20
 
 
 def test_a_worker_sigkilled_during_a_round_gives_the_identical_model(dask_processes, letter_12):

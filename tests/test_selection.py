@@ -1,6 +1,8 @@
 """In-fit selection (docs/solvers.md §Selection): holdout, population, halving, early stopping, plug-in F1."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -221,6 +223,17 @@ def test_checks_are_fifty_steps_apart_or_five_validation_rows_per_check():
     large = TrainConfig.from_params(measure="pauc").resolve(n_features=2, n_rows=10**7, mean_sq_norm=1.0,
                                                            n_validation=200_000)
     assert large.check_rows == 5 * 200_000                # a check costs about a tenth of the training
+
+
+def test_data_parallel_chains_count_steps_not_rows_for_the_checks_and_the_pass_budget():
+    def resolved(k: int) -> TrainConfig:
+        return TrainConfig.from_params(measure="pauc").resolve(n_features=2, n_rows=7000, mean_sq_norm=1.0,
+                                                              n_validation=800, n_chains=k)
+    one, four = resolved(1), resolved(4)
+    # a round of 4 chains moves the mixed state by one block's steps: 4 times the rows per step
+    assert four.check_rows == 4 * one.check_rows == 4 * 50 * 500
+    assert one.passes == math.ceil(20_000 / math.ceil(7000 / 500))          # 20 000 steps
+    assert four.passes == math.ceil(20_000 / math.ceil(7000 / (4 * 500)))   # 20 000 mixed steps
 
 
 def test_cp_returns_its_last_iterate_as_svmperf_does():

@@ -275,7 +275,7 @@ class TrainConfig:
         return self.streaming and self.n_passes is None
 
     def resolve(self, *, n_features: int, n_rows: int, mean_sq_norm: float | None = None,
-                n_validation: int = 0, whole_passes: bool = True) -> "TrainConfig":
+                n_validation: int = 0, whole_passes: bool = True, n_chains: int = 1) -> "TrainConfig":
         """Fix the candidates and budgets for ``n_rows`` training rows of ``n_features`` features.
 
         Parameters
@@ -290,6 +290,12 @@ class TrainConfig:
         whole_passes : bool
             The driver streams whole passes (``fit``, the engine), so full-batch
             candidates can sum a pass's gradient; ``partial_fit`` does not.
+        n_chains : int
+            The engine's data-parallel chains ``K``: a round of ``K`` blocks
+            advances the mixed state by one block's steps (its step counter is
+            the chain's that stepped most, :func:`~nsdist.solvers.kernel.mix_states`),
+            so a pass makes ``K`` times fewer steps; the pass budget and the
+            check interval count steps, and cover ``K`` times the rows.
 
         Raises
         ------
@@ -346,7 +352,7 @@ class TrainConfig:
                 # logistic loss's smoothness bound on (x, 1), a step that lowers the objective
                 candidates.append(Candidate(f"{label}/lbfgs", loss, None, 4.0 / (float(mean_sq_norm) + 1.0), learn_b,
                                             batch=True))
-        steps_per_pass = max(1, math.ceil(n_rows / self.buffer_size))
+        steps_per_pass = max(1, math.ceil(n_rows / (self.buffer_size * n_chains)))
         if self.n_passes is not None:
             passes = self.n_passes
         elif self.max_passes is not None:
@@ -355,7 +361,8 @@ class TrainConfig:
             passes = max(10, math.ceil(MAX_STEPS / steps_per_pass))
         check_rows = None
         if self.selects:
-            check_rows = max(CHECK_STEPS * min(self.buffer_size, max(n_rows, 1)), CHECK_VALIDATION * n_validation)
+            check_rows = max(CHECK_STEPS * n_chains * min(self.buffer_size, max(n_rows, 1)),
+                             CHECK_VALIDATION * n_validation)
         return replace(self, candidates=tuple(candidates), passes=passes, check_rows=check_rows, train_k=train_k)
 
     @property
