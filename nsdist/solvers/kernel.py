@@ -319,20 +319,27 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
 
 
 class _DenseWeights:
-    """``W`` of the live candidates, updated whole at every step (dense rows, or a projection)."""
+    """``W`` of the live candidates, updated whole at every step (dense rows, or a projection).
+
+    The live columns of ``W`` and ``W_sum`` are copied out once per block and written back by
+    :meth:`finish`, so a step updates two contiguous arrays, not a fancy-indexed slice of the state.
+    """
 
     def __init__(self, st: SGDState, cols: np.ndarray, radius: float | None) -> None:
-        self.st, self.cols, self.radius, self.W = st, cols, radius, st.W[:, cols]
+        self.st, self.cols, self.radius = st, cols, radius
+        self.W, self.W_sum = st.W[:, cols], st.W_sum[:, cols]
 
     def scores(self, Xe) -> np.ndarray:
         return np.asarray(Xe @ self.W.astype(Xe.dtype, copy=False), dtype=np.float64)
 
     def step(self, Xe, dS: np.ndarray, step: np.ndarray) -> None:
-        self.W = project_l2(self.W - weight_gradient(Xe, dS) * step, self.radius)
-        self.st.W_sum[:, self.cols] += self.W
+        G = weight_gradient(Xe, dS)
+        G *= step
+        self.W = project_l2(self.W - G, self.radius)
+        self.W_sum += self.W
 
     def finish(self) -> None:
-        self.st.W[:, self.cols] = self.W
+        self.st.W[:, self.cols], self.st.W_sum[:, self.cols] = self.W, self.W_sum
 
 
 def _loss_groups(losses: Sequence[Loss]) -> list[tuple[Loss, np.ndarray]]:
@@ -351,16 +358,31 @@ def _loss_groups(losses: Sequence[Loss]) -> list[tuple[Loss, np.ndarray]]:
 
 
 def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant, cols, reservoir):
-    """The loop of :func:`run_epochs`; returns the intercepts."""
+    """The loop of :func:`run_epochs`; returns the intercepts.
+
+    What does not change from epoch to epoch is worked out once per block: the
+    buffers' positive counts (one running count of the block's labels), the steps
+    of constant-step candidates, which intercepts move, and the intercepts' sum
+    (written back at the end); every epoch then does the same floating-point
+    operations as the plain update, in the same order.
+    """
     groups = _loss_groups(losses)
+    positives = np.concatenate(([0], np.cumsum(y > 0)))
+    if reservoir is not None:
+        res_rows, res_pos = reservoir[1].shape[0], int(np.count_nonzero(reservoir[1] > 0))
+    else:
+        res_rows, res_pos = 0, 0
+    decaying, some_b, all_b = bool((~constant).any()), bool(learn_b.any()), bool(learn_b.all())
+    step = etas
+    b_sum = st.b_sum[cols]
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
         Xe, ye = row_slice(X, sl), y[sl]
         if reservoir is not None:
             Xe, ye = stack_rows((reservoir[0], Xe)), np.concatenate([reservoir[1], ye])
         st.rows_seen += sl.stop - sl.start
-        n_pos = int(np.count_nonzero(ye > 0))
-        if n_pos == 0 or n_pos == ye.shape[0] or cols.size == 0:
+        n_pos = res_pos + int(positives[sl.stop] - positives[sl.start])
+        if n_pos == 0 or n_pos == res_rows + sl.stop - sl.start:
             st.skipped += 1
             stats[i] = (st.epoch, ye.shape[0], 0.0, True, time.perf_counter() - t0)
             continue
@@ -374,11 +396,15 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant
             else:
                 values[idx], dS[:, idx] = loss.value_and_dscore_many(S[:, idx], ye)
         st.epoch += 1
-        step = np.where(constant, etas, etas / np.sqrt(st.epoch))
+        if decaying:                                      # eta_m / sqrt(e), or eta_m for a constant step
+            step = np.where(constant, etas, etas / np.sqrt(st.epoch))
+        if some_b:
+            db = step * dS.sum(axis=0)
+            b = b - (db if all_b else np.where(learn_b, db, 0.0))
         weights.step(Xe, dS, step)
-        b = b - np.where(learn_b, step * dS.sum(axis=0), 0.0)
-        st.b_sum[cols] += b
-        stats[i] = (st.epoch, ye.shape[0], float(values.mean()), False, time.perf_counter() - t0)
+        b_sum += b
+        stats[i] = (st.epoch, ye.shape[0], float(values.sum() / values.size), False, time.perf_counter() - t0)
+    st.b_sum[cols] = b_sum
     return b
 
 
