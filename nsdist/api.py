@@ -103,7 +103,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         from the same model, and their states are averaged after every round
         (iterative parameter mixing; ``docs/engine.md`` §Data-parallel).
         1 is the exact sequence of the paper's solvers.  Deterministic for
-        any ``K`` and any number of workers.
+        any ``K`` and any number of workers.  A round moves the model by one
+        partition's steps, so the selection's checks and the default pass
+        budget count those mixed steps: with ``K`` chains they span ``K``
+        times the rows, and small data takes about ``K`` times the passes.
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
