@@ -490,8 +490,8 @@ def part_quality(args, res: dict, flush=lambda: None) -> None:
                     print(f"  quality {name} seed={seed} K={k}: {runs[f'k{k}']}", flush=True)
                 row["seeds"][str(seed)] = runs
             # per seed, each K against K = the first of --quality-k; a cell of the table is the mean over seeds
-            diffs = [100 * (runs[f"k{k}"]["test_pauc"] - runs[f"k{args.quality_k[0]}"]["test_pauc"])
-                     for runs in row["seeds"].values() for k in args.quality_k[1:]]
+            diffs = [100 * (per_k[f"k{k}"]["test_pauc"] - per_k[f"k{args.quality_k[0]}"]["test_pauc"])
+                     for per_k in row["seeds"].values() for k in args.quality_k[1:]]
             for k in args.quality_k:
                 row[f"k{k}"] = {"test_pauc": statistics.mean(r[f"k{k}"]["test_pauc"] for r in row["seeds"].values())}
             row["max_abs_diff_points"] = max(map(abs, diffs), default=0.0)

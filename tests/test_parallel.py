@@ -88,7 +88,7 @@ def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_1
     url, _, _ = letter_12
     model = train(url, client=cluster, measure="pauc", n_chains=4, random_state=3, max_passes=20)
     epochs = [p["epoch"] for p in model.history["validation_curve"]]
-    assert len(epochs) == 3 and epochs[-1] == 20 * 6                     # 25 000 rows apart: 7 checks
+    assert len(epochs) == 3 and epochs[-1] == 20 * 6          # (checks 25 000 rows apart made 7, 18 steps apart)
     assert all(b - a >= 50 for a, b in zip([0] + epochs[:-2], epochs[:-1]))
     assert model.history["passes"] == 20
 
