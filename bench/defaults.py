@@ -35,6 +35,9 @@ Protocol:
   iterate, SVMperf's output); the lowest-objective iterate ("CP best") is kept in the JSON.
 * **Quoted peers** (``PEERS``): LibAUC and SVMperf figures measured by others on
   comparable splits, printed as given -- not measured here.
+* **LibAUC (measured here)**: LibAUC's SOPA run by ``bench/libauc_peer.py`` (its
+  own environment: it needs PyTorch) on the same splits, read from
+  ``OUT/libauc.json`` when that file exists; a measured peer like the others.
 * Timing: wall-clock seconds of ``fit``, one BLAS thread per process, ``--jobs``
   processes on whole splits; the table gives the median over splits.
 
@@ -181,9 +184,10 @@ def split(name: str, seed: int):
 
 MEASURES = {"pauc": {"beta": 0.1}, "prbep": {}, "f1": {}}
 MEASURE_TITLE = {"pauc": "pAUC(0,0.1)", "prbep": "PRBEP", "f1": "F1"}
-MEASURED = ("nsdist", "lr", "lr_bal", "lr_thr", "cp")
+MEASURED = ("nsdist", "lr", "lr_bal", "lr_thr", "cp", "libauc_here")
 LABEL = {"nsdist": "nsdist default", "lr": "LR", "lr_bal": "LR bal", "lr_thr": "LR F1-thr", "cp": "CP",
-         "cp_best": "CP best", "libauc": "LibAUC (quoted)", "svmperf": "SVMperf (quoted)"}
+         "cp_best": "CP best", "libauc_here": "LibAUC (measured)", "libauc": "LibAUC (quoted)",
+         "svmperf": "SVMperf (quoted)"}
 # Figures measured by others on comparable splits, in percent, printed as given (not measured here).
 PEERS = {
     "libauc": {("ijcnn1", "pauc"): 67.3, ("ijcnn1", "prbep"): 72.0, ("ijcnn1", "f1"): 71.7,
@@ -267,16 +271,32 @@ def _stat(values: list[float]) -> dict:
     return {"mean": float(v.mean()), "std": float(v.std()), "n": int(v.size)}
 
 
-def summarise(runs: dict) -> dict:
-    """Per (data set, measure): means in percent, best peer, the two marks, timings, the selection counts."""
-    cells = {}
+def measured_peers(out: Path) -> dict:
+    """``(data set, seed) -> {measure: test value in [0, 1]}`` of LibAUC measured on the splits
+    (``OUT/libauc.json`` of ``bench/libauc_peer.py``; empty when that file does not exist)."""
+    path = out / "libauc.json"
+    if not path.exists():
+        return {}
+    return {(r["name"], r["seed"]): {m: v["test"] / 100.0 for m, v in r["selected"].items()}
+            for r in json.loads(path.read_text())["runs"]}
+
+
+def summarise(runs: dict, libauc: dict | None = None) -> dict:
+    """Per (data set, measure): means in percent, best peer, the two marks, timings, the selection counts.
+
+    ``libauc``: :func:`measured_peers`; a data set's measured LibAUC column appears when it covers every
+    split of the run (so that its paired differences are over the same splits)."""
+    cells, libauc = {}, libauc or {}
     for name, splits in runs.items():
         if not splits:
             continue
         lr_sec = float(np.median([sp["by_measure"][next(iter(sp["by_measure"]))]["lr"]["seconds"]
                                   for sp in splits]))
+        seeds = [sp["seed"] for sp in splits]
         for m in splits[0]["by_measure"]:
             recs = {k: [sp["by_measure"][m][k] for sp in splits] for k in splits[0]["by_measure"][m]}
+            if all(m in libauc.get((name, s), {}) for s in seeds):
+                recs["libauc_here"] = [{"value": libauc[name, s][m]} for s in seeds]
             stat = {k: _stat([r["value"] for r in v]) for k, v in recs.items()}
             peers = {k: stat[k]["mean"] for k in MEASURED if k != "nsdist" and k in stat}
             quoted = {p: PEERS[p][name, m] for p in PEERS if (name, m) in PEERS[p]}
@@ -336,13 +356,14 @@ def _pm(st: dict) -> str:
 
 
 def table(cells: dict) -> str:
-    head = ["data", "measure", "nsdist default", "LR", "LR bal", "LR F1-thr", "CP", "LibAUC (quoted)",
-            "SVMperf (quoted)", "best peer", "≥ best − 0.5", "strictly best", "selected most often"]
+    head = ["data", "measure", "nsdist default", "LR", "LR bal", "LR F1-thr", "CP", "LibAUC (measured)",
+            "LibAUC (quoted)", "SVMperf (quoted)", "best peer", "≥ best − 0.5", "strictly best",
+            "selected most often"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells.values():
         st = c["stat"]
         row = [c["data"], MEASURE_TITLE[c["measure"]], f"**{_pm(st['nsdist'])}**"]
-        for k in ("lr", "lr_bal", "lr_thr", "cp"):
+        for k in ("lr", "lr_bal", "lr_thr", "cp", "libauc_here"):
             cell = _pm(st[k]) if k in st else "–"
             if k == "cp" and c["cp_cap_hit"]:
                 cell += f" [cap {c['cp_cap_hit']}/{c['n_splits']}]"
@@ -482,7 +503,12 @@ def report(cells: dict, meta: dict) -> str:
         "`[w=0 k/n]`: its best iterate is w = 0, i.e. constant scores). The cap is wall-clock and the machine "
         "was loaded, so a capped CP made fewer iterations than it would alone: its capped cells are what 20 s "
         "bought here, not CP's optimum.\n"
-        "* **LibAUC / SVMperf columns are quoted** (figures measured by others on comparable splits), "
+        "* **LibAUC (measured)**: LibAUC's SOPA (`pAUC_CVaR_Loss(beta=0.1)`, squared hinge with margin 1 on "
+        "sigmoid scores, `SOPA` in Adam mode, `DualSampler(64, 0.5)`, 20 epochs, a linear model) run here by "
+        "`bench/libauc_peer.py` on these splits, trained on the training part minus nsdist's validation rows; "
+        "learning rate (1e-3 / 1e-2 / 1e-1) chosen per measure on those validation rows; F1 at the "
+        "validation-optimal threshold (protocol and per-split values in `libauc.md` / `libauc.json`).\n"
+        "* **LibAUC (quoted) / SVMperf columns are quoted** (figures measured by others on comparable splits), "
         "not measured here; their protocols (pAUC normalisation, splits, tuning) may differ.\n"
         f"* best peer: the highest of the measured baselines and the quoted figures; \"≥ best − 0.5\": nsdist mean "
         f"≥ best peer − {MARGIN} point; \"strictly best\": nsdist mean > best peer. \"selected most often\": the "
@@ -496,7 +522,7 @@ def report(cells: dict, meta: dict) -> str:
         f"**fit time ≤ 10× plain LR on every set: {'met' if t['time']['target_met'] else 'MISSED'}**"
         + (f" (missed on {', '.join(t['time']['missed'])})" if t["time"]["missed"] else "")
         + f"; **ijcnn1 absolute targets**: {absolute}.\n\n"
-        f"Against the measured columns only (LR, LR bal, LR F1-thr, CP; quoted figures left out): "
+        f"Against the measured columns only (LR, LR bal, LR F1-thr, CP, LibAUC measured; quoted figures left out): "
         f"≥ best − 0.5 on {t['measured_only']['margin_met']}/{n}, strictly best on "
         f"{t['measured_only']['strictly_best']}/{n}.\n\n"
         "## Fit seconds (median over splits)\n\n"
@@ -593,7 +619,7 @@ def _rounded(obj):
 
 def publish(out: Path, meta: dict, runs: dict, echo: bool = True) -> None:
     """``defaults.json`` (runs, summary, targets) and ``defaults.md``, both written atomically."""
-    cells = summarise(runs)
+    cells = summarise(runs, measured_peers(out))
     payload = {"meta": meta, "peers_quoted": {p: {f"{k[0]}/{k[1]}": v for k, v in d.items()} for p, d in PEERS.items()},
                "summary": cells, "targets": targets(cells) if cells else None, "runs": runs}
     _atomic_write(out / "defaults.json", json.dumps(_rounded(payload), indent=1).encode())
