@@ -272,12 +272,14 @@ def _stat(values: list[float]) -> dict:
 
 
 def measured_peers(out: Path) -> dict:
-    """``(data set, seed) -> {measure: test value in [0, 1]}`` of LibAUC measured on the splits
-    (``OUT/libauc.json`` of ``bench/libauc_peer.py``; empty when that file does not exist)."""
+    """``(data set, seed) -> {measure: test value in [0, 1], "seconds": its whole tuning}`` of LibAUC
+    measured on the splits (``OUT/libauc.json`` of ``bench/libauc_peer.py``; empty when that file does
+    not exist)."""
     path = out / "libauc.json"
     if not path.exists():
         return {}
-    return {(r["name"], r["seed"]): {m: v["test"] / 100.0 for m, v in r["selected"].items()}
+    return {(r["name"], r["seed"]): {**{m: v["test"] / 100.0 for m, v in r["selected"].items()},
+                                     "seconds": r["seconds"]}
             for r in json.loads(path.read_text())["runs"]}
 
 
@@ -293,6 +295,8 @@ def summarise(runs: dict, libauc: dict | None = None) -> dict:
         lr_sec = float(np.median([sp["by_measure"][next(iter(sp["by_measure"]))]["lr"]["seconds"]
                                   for sp in splits]))
         seeds = [sp["seed"] for sp in splits]
+        libauc_sec = (float(np.median([libauc[name, s]["seconds"] for s in seeds]))
+                      if all((name, s) in libauc for s in seeds) else None)
         for m in splits[0]["by_measure"]:
             recs = {k: [sp["by_measure"][m][k] for sp in splits] for k in splits[0]["by_measure"][m]}
             if all(m in libauc.get((name, s), {}) for s in seeds):
@@ -323,6 +327,7 @@ def summarise(runs: dict, libauc: dict | None = None) -> dict:
                                                        zip(recs["nsdist"], recs[max(peers, key=peers.get)])]),
                 "nsdist_seconds": ns_sec, "lr_seconds": lr_sec, "time_ratio": ns_sec / lr_sec,
                 "cp_seconds": float(np.median([r["seconds"] for r in recs["cp"]])),
+                "libauc_seconds": libauc_sec,
                 "cp_cap_hit": sum(not r["converged"] for r in recs["cp"]),
                 "cp_zero": sum(r["zero_model"] for r in recs["cp"]),
                 "selected": picks.most_common(), "odd_candidates": dict(odd),
@@ -387,15 +392,18 @@ def timing_table(cells: dict) -> str:
         by_set.setdefault(c["data"], []).append(c)
     lines = ["| data | LR s (median) | nsdist s: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) +
              " | ratio nsdist / LR: " + " / ".join(MEASURE_TITLE[m] for m in MEASURES) +
-             " | worst ratio ≤ 10 | CP s (median) |", "|---|---|---|---|---|---|"]
+             " | worst ratio ≤ 10 | CP s (median) | LibAUC measured s (median; its 3 learning rates) |",
+             "|---|---|---|---|---|---|---|"]
     for name, cs in by_set.items():
         bym = {c["measure"]: c for c in cs}
         sec = " / ".join(f"{bym[m]['nsdist_seconds']:.2f}" if m in bym else "–" for m in MEASURES)
         rat = " / ".join(f"{bym[m]['time_ratio']:.1f}" if m in bym else "–" for m in MEASURES)
         worst = max(c["time_ratio"] for c in cs)
         cps = " / ".join(f"{bym[m]['cp_seconds']:.1f}" if m in bym else "–" for m in MEASURES)
+        lib = cs[0].get("libauc_seconds")
         lines.append(f"| {name} | {cs[0]['lr_seconds']:.2f} | {sec} | {rat} | "
-                     f"{'yes' if worst <= TIME_RATIO else '**NO**'} ({worst:.1f}) | {cps} |")
+                     f"{'yes' if worst <= TIME_RATIO else '**NO**'} ({worst:.1f}) | {cps} | "
+                     f"{'–' if lib is None else f'{lib:.1f}'} |")
     return "\n".join(lines) + "\n"
 
 
