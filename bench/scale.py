@@ -566,6 +566,13 @@ def paired_ratios(blk: dict) -> dict:
     return out
 
 
+def _seed_spread(v: dict, k: int) -> str:
+    """Mean |difference| in points between every two seeds' test pAUC at ``K = k`` ("" with one seed)."""
+    vals = [100 * s[f"k{k}"]["test_pauc"] for s in v.get("seeds", {}).values() if f"k{k}" in s]
+    pairs = [abs(a - b) for i, a in enumerate(vals) for b in vals[i + 1:]]
+    return f"{sum(pairs) / len(pairs):.2f}" if pairs else ""
+
+
 def write_report(r: dict, out: Path, command: str) -> None:
     a = r["config"]
     cmds = r.get("commands") or {}
@@ -711,9 +718,13 @@ def write_report(r: dict, out: Path, command: str) -> None:
               "Default configuration (holdout, population, early stopping), 1PMB pAUC(0, 0.1); data ingested "
               "with `nsdist.ingest(src, dst, rows_per_partition=...)`; test = the set's test file, else the last "
               f"quarter of the partitions. Seeds (`random_state`): {', '.join(map(str, seeds))}; a K cell is the "
-              f"mean over the seeds; the differences are each seed's K against its own K={ks[0]} (in points).", "",
+              f"mean over the seeds; the differences are each seed's K against its own K={ks[0]} (in points). "
+              f"`K={ks[0]} seed vs seed`: the mean |difference| between two seeds at K={ks[0]} -- how far the "
+              "result moves when only the seed changes (the holdout, the row order and so the selected candidate "
+              "change with it), the scale against which the K differences are read.", "",
               "| data set | train partitions | train rows | test rows | " + " | ".join(f"K={k}" for k in ks)
-              + " | max abs diff | mean abs diff | mean diff | within 0.5 |", "|---|---|---|---|" + "---|" * (len(ks) + 4)]
+              + f" | max abs diff | mean abs diff | mean diff | within 0.5 | K={ks[0]} seed vs seed |",
+              "|---|---|---|---|" + "---|" * (len(ks) + 5)]
         for name, v in r["quality"].items():
             if "skipped" in v:
                 L.append(f"| {name} | skipped: {v['skipped']} |")
@@ -723,7 +734,7 @@ def write_report(r: dict, out: Path, command: str) -> None:
                      + " | ".join(f"{100 * v[f'k{k}']['test_pauc']:.2f}" for k in ks)
                      + f" | {v['max_abs_diff_points']:.2f} | {v.get('mean_abs_diff_points', float('nan')):.2f} | "
                      f"{v.get('mean_diff_points', float('nan')):+.2f} | "
-                     + (f"{within[0]}/{within[1]}" if within else "") + " |")
+                     + (f"{within[0]}/{within[1]}" if within else "") + f" | {_seed_spread(v, ks[0])} |")
         L.append("")
     if "cost" in r:
         c = r["cost"]
