@@ -113,7 +113,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         Fraction of each class set aside for the selection (1PMB, 2PMB; by seed
         and row position, at least one row of each class; never trained on).
         0: no holdout -- then ``eta`` and ``n_passes`` must be set, or
-        ``X_val, y_val`` given to :meth:`fit`.
+        ``X_val, y_val`` given to :meth:`fit`.  The selection resolves about
+        one validation positive; with few positives a larger fraction can
+        choose better (docs/solvers.md §Selection, "What the holdout resolves").
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
     n_iter_no_change : int >= 1, default 5
