@@ -549,7 +549,9 @@ def report(cells: dict, meta: dict) -> str:
         ".venv/bin/python bench/defaults.py                  # all 7 data sets, 5 splits, 2 processes\n"
         ".venv/bin/python bench/defaults.py --datasets letter,mammography --splits 2 --out /tmp/defaults-x\n"
         ".venv/bin/python bench/defaults.py --timing-check   # then: re-time LR and nsdist alone, add to this file\n"
-        ".venv/bin/python bench/defaults.py --replot         # rebuild this file from defaults.json\n```\n"
+        ".venv/bin/python bench/defaults.py --replot         # rebuild this file from defaults.json\n"
+        ".venv-peers/bin/python bench/libauc_peer.py         # the measured LibAUC column (PyTorch; see its "
+        "docstring), then --replot\n```\n"
     )
 
 
