@@ -176,6 +176,10 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         val, moments = gather_validation(c, ds, holdout, dtype=dtype)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
     n_val = 0 if val is None else val[0].shape[0]
+    v_pos = 0 if val is None else int(np.count_nonzero(val[1] > 0))
+    if cfg.selects and v_pos:
+        log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
+                 "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
     # a fixed ranking run's cut, or the selected F1 model's threshold: placed on a sample of the data's rows
     need_cut = cfg.fit_intercept and ((cfg.selects and n_val > 0 and cfg.plug_in) or (
         not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded))
@@ -304,7 +308,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         "seconds": seconds, "rows_per_second": state.rows_seen / seconds if seconds > 0 else None,
         "final_loss": float(done_stats["loss"][-min(len(done_stats), 20):].mean()) if len(done_stats) else None,
         "curve": curve, "phases": phases,
-        "validation_rows": n_val,
+        "validation_rows": n_val, "validation_positives": v_pos,
     }
     params = {**cfg.params(), "eta": cfg.candidates[0].eta if M == 1 else None}
     if selection is not None:

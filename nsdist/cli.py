@@ -336,7 +336,8 @@ def _cmd_train(args) -> int:
     print(f"\n{evaluation['data']} data: {plural(evaluation['n_rows'], 'row')}, "
           f"{plural(evaluation['n_positives'], 'positive')}; trained in {result.metrics['training']['seconds']:.1f} s")
     if "selection" in result.metrics:
-        print(f"selected {selection_summary(result.metrics['selection']['candidates'])}")
+        sel = result.metrics["selection"]
+        print(f"selected {selection_summary(sel['candidates'], sel.get('validation_positives'))}")
     print(f"run directory: {job.output.dir} (model/, metrics.json, learning_curve.png, run.log)")
     return 0
 

@@ -304,8 +304,13 @@ def selection_ranking(candidates: list[dict]) -> list[str]:
     return [candidates[i]["name"] for i in order]
 
 
-def selection_summary(candidates: list[dict]) -> str:
-    """``"<winner> (validation v, s steps) over the runner-up <name> (v)"`` for logs and the CLI."""
+def selection_summary(candidates: list[dict], validation_positives: int | None = None) -> str:
+    """``"<winner> (validation v, s steps) over the runner-up <name> (v)"`` for logs and the CLI.
+
+    With ``validation_positives`` (``v+``) it also says what the validation rows resolve, about
+    ``1 / v+`` of the measure (docs/solvers.md, "What the holdout resolves"), and whether the
+    runner-up is within that of the winner.
+    """
     by_name = {c["name"]: c for c in candidates}
     ranked = [by_name[n] for n in selection_ranking(candidates)]
     win = next(c for c in candidates if c["selected"])
@@ -313,7 +318,13 @@ def selection_summary(candidates: list[dict]) -> str:
     runner = next((c for c in ranked if not c["selected"] and c["validation"] is not None), None)
     if runner is not None:
         text += f"; runner-up {runner['name']} ({runner['validation']:.4f})"
-    return text + f"; {len(candidates)} candidates"
+    text += f"; {len(candidates)} candidates"
+    if validation_positives:
+        resolution = 1.0 / validation_positives
+        text += f"; {validation_positives} validation positives resolve about {resolution:.4f}"
+        if runner is not None and win["validation"] - runner["validation"] < resolution:
+            text += " (the runner-up is within it)"
+    return text
 
 
 def train_options(job: TrainJob) -> dict:
@@ -347,8 +358,9 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
     }
     if h.get("selection"):
         metrics["selection"] = {"selected": h["selected"], "ranked": selection_ranking(h["selection"]),
-                                "candidates": h["selection"], "validation_curve": h.get("validation_curve")}
-        log.info("selection: %s", selection_summary(h["selection"]))
+                                "candidates": h["selection"], "validation_curve": h.get("validation_curve"),
+                                "validation_positives": h.get("validation_positives")}
+        log.info("selection: %s", selection_summary(h["selection"], h.get("validation_positives")))
     run.write_json("metrics.json", metrics)
     log.info("metrics on the %s data: %s", role, ", ".join(f"{k}={measures[k]:.4f}" for k in MEASURE_KEYS.values()))
     if h.get("curve"):

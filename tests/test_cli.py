@@ -332,3 +332,26 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
     line = next(l for l in proc.stdout.splitlines() if l.startswith("selected "))
     assert line.startswith(f"selected {winner['name']} (validation {winner['validation']:.4f}")
     assert f"runner-up {runner['name']} ({runner['validation']:.4f})" in line
+    # what the holdout resolves: 10% (validation_fraction) of the positives of the training partitions
+    v_pos = sel["validation_positives"]
+    train, _ = holdout_split(Dataset.open(str(run["data"])), 0.3)
+    assert v_pos == round(0.1 * int((load_rows(train)[1] > 0).sum())) > 0
+    assert f"{v_pos} validation positives resolve about {1 / v_pos:.4f}" in line
+    assert ("(the runner-up is within it)" in line) == (winner["validation"] - runner["validation"] < 1 / v_pos)
+
+
+def test_selection_summary_says_whether_the_runner_up_is_within_the_holdouts_resolution():
+    """1 / v+ is the smallest difference the validation rows resolve; the summary says when the runner-up is
+    closer than that."""
+    from nsdist.run import selection_summary
+
+    def cands(a, b):
+        return [{"name": "a", "validation": a, "steps": 50, "selected": True},
+                {"name": "b", "validation": b, "steps": 100, "selected": False},
+                {"name": "c", "validation": None, "steps": 0, "selected": False}]
+
+    close = selection_summary(cands(0.60, 0.59), validation_positives=50)      # 0.01 < 1/50
+    assert close.endswith("; 3 candidates; 50 validation positives resolve about 0.0200 (the runner-up is within it)")
+    apart = selection_summary(cands(0.60, 0.55), validation_positives=50)      # 0.05 >= 1/50
+    assert apart.endswith("; 3 candidates; 50 validation positives resolve about 0.0200")
+    assert selection_summary(cands(0.60, 0.59)).endswith("; 3 candidates")  # unknown v+: nothing claimed
