@@ -143,6 +143,10 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         the check that dropped it and why, and which was selected.
     validation_curve_ : list of dict
         Per check: rows seen, steps, the best validation value, live candidates.
+    validation_positives_ : int
+        Positive rows ``v+`` among the validation rows the selection scored on
+        (0: no selection).  The selection resolves differences of about
+        ``1 / v+`` of the measure, no finer (docs/solvers.md §Selection).
     history_ : History
         Per epoch (fixed runs) or per check (selection runs): time, rows seen,
         step, surrogate loss and the validation measure.
@@ -248,7 +252,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         cfg = self.config()
         validation = self._validation_rows(X_val, y_val)
         self._rows, self._next_block = X.shape[0], 1
-        self.selection_, self.validation_curve_ = None, []
+        self.selection_, self.validation_curve_, self.validation_positives_ = None, [], 0
         if cfg.streaming:
             return self._fit_stream(cfg, X, y, validation)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -358,6 +362,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_ = done                      # passes: the training set is one block
         if selecting:
             self.selection_, self.validation_curve_ = selection.report(cfg), selection.curve
+            self.validation_positives_ = int(np.count_nonzero(validation[1] > 0))
             w, b = selection.model(cfg, *validation)
             if cfg.plug_in:         # the winner's F1-optimal threshold on every row (the engine: its sample)
                 b = cut_intercept(cfg.measure, y, np.asarray(X @ w.astype(X.dtype), dtype=np.float64))
@@ -450,6 +455,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         cfg = self.config()
         self._rows, self._next_block, self.n_iter_, self.history_ = 0, 0, 0, History()
         self.selection_, self.validation_curve_, self._validation, self._scaling = None, [], None, None
+        self.validation_positives_ = 0
         self._scaling = cfg.scaling_for(X)          # moments of the first block
         if cfg.solver == "ftrl":
             self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -508,6 +514,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             self.history_.append(HistoryRecord(recorder.elapsed(), self._state.rows_seen, self._state.epoch,
                                                last[0], self._selection.best))
             self.selection_, self.validation_curve_ = self._selection.report(cfg), self._selection.curve
+            self.validation_positives_ = int(np.count_nonzero(self._validation[1] > 0))
             return self._selection.model(cfg, *self._validation)
         if self._selection is not None and np.isfinite(self._selection.value).any():
             return self._selection.model(cfg, *self._validation)

@@ -111,6 +111,20 @@ def test_validation_rows_are_never_trained_on():
     assert est.coef_[0, -1] != 0.0
 
 
+def test_validation_positives_are_those_the_selection_scored_on():
+    """``validation_positives_`` (v+, whose inverse is what the selection resolves) counts the positives of the
+    rows the selection scored: 10% of the positives held out, the given validation rows', none without one."""
+    X, y = make_data()
+    n_pos = int(np.count_nonzero(y > 0))
+    est = NonDecomposableClassifier("pauc", random_state=0).fit(X, y)
+    assert est.validation_positives_ == max(1, round(0.1 * n_pos))
+    Xv, yv = X[:300], y[:300]
+    est = NonDecomposableClassifier("prbep", random_state=0).fit(X[300:], y[300:], Xv, yv)
+    assert est.validation_positives_ == int(np.count_nonzero(yv > 0)) > 0
+    fixed = NonDecomposableClassifier("pauc", eta=0.1, n_passes=1, validation_fraction=0.0).fit(X, y)
+    assert fixed.validation_positives_ == 0
+
+
 # ------------------------------------------------------------------- selection
 def test_selection_is_deterministic_and_reports_every_candidate():
     X, y = make_data()
