@@ -8,6 +8,7 @@ engine) and the CLI read too.
 from __future__ import annotations
 
 import time
+from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,7 +25,7 @@ from .solvers.history import History, HistoryRecord, Recorder, Validate
 from .solvers.blocks import take_rows
 from .solvers.kernel import SGDState, end_pass, run_epochs
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
-from .solvers.plan import Holdout, block_rows, ends_pass, schedule, stream_order, training_rows
+from .solvers.plan import Holdout, block_rows, fold_ids, ends_pass, schedule, stream_order, training_rows
 from .solvers.psg import psg
 from .solvers.select import Selection
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
@@ -114,10 +115,23 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         and row position, at least one row of each class; never trained on).
         0: no holdout -- then ``eta`` and ``n_passes`` must be set, or
         ``X_val, y_val`` given to :meth:`fit`.  The selection resolves about
-        one validation positive; with few positives a larger fraction can
-        choose better (docs/solvers.md §Selection, "What the holdout resolves").
+        one validation positive; with few positives a larger fraction, or
+        ``validation_folds``, can choose better (docs/solvers.md §Selection,
+        "What the holdout resolves").
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
+    validation_folds : int >= 1, default 1
+        ``K > 1``: K-fold selection instead of one holdout (:meth:`fit` on
+        rows in memory; not ``partial_fit`` nor :func:`nsdist.train`).  The
+        rows are split into ``K`` stratified folds by seed and row position;
+        the population trains ``K`` times, each time on the rows outside one
+        fold and checked on that fold; the candidate with the best mean
+        validation value wins and the model is the mean of its ``K`` fold
+        models (a ranking model's intercept and F1's threshold then placed on
+        every row).  Every positive then takes part in the choice, not
+        ``validation_fraction`` of them, for about ``K`` times the fit's cost:
+        for data with few positives (docs/solvers.md §Selection, "K-fold
+        selection").
     n_iter_no_change : int >= 1, default 5
         Early stopping: the stochastic candidates stop when their best validation
         value gained less than one validation positive's worth (``1 / v+``, at
@@ -143,9 +157,15 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         the check that dropped it and why, and which was selected.
     validation_curve_ : list of dict
         Per check: rows seen, steps, the best validation value, live candidates.
+    folds_ : int or None
+        ``K`` of a K-fold selection (``validation_folds > 1``), else None.  Then
+        ``selection_`` gives each candidate's mean validation value over the
+        folds (and each fold's under ``"folds"``), ``validation_curve_`` and
+        ``history_`` the folds' one after the other, ``n_iter_`` their passes
+        summed and ``config_`` the first fold's.
     validation_positives_ : int
         Positive rows ``v+`` among the validation rows the selection scored on
-        (0: no selection).  The selection resolves differences of about
+        (0: no selection; K-fold: every positive).  The selection resolves differences of about
         ``1 / v+`` of the measure, no finer (docs/solvers.md §Selection).
     history_ : History
         Per epoch (fixed runs) or per check (selection runs): time, rows seen,
@@ -160,7 +180,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                  n_passes: int | None = None, max_passes: int | None = None, max_iter: int = 200,
                  tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
                  standardize: bool = True, validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
-                 n_iter_no_change: int = 5, random_state: int = 0) -> None:
+                 validation_folds: int = 1, n_iter_no_change: int = 5, random_state: int = 0) -> None:
         self.measure = measure
         self.beta = beta
         self.k = k
@@ -180,6 +200,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.standardize = standardize
         self.validation_fraction = validation_fraction
         self.validation_max_rows = validation_max_rows
+        self.validation_folds = validation_folds
         self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
 
@@ -253,6 +274,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         validation = self._validation_rows(X_val, y_val)
         self._rows, self._next_block = X.shape[0], 1
         self.selection_, self.validation_curve_, self.validation_positives_ = None, [], 0
+        self.folds_ = None
+        if self._folds(cfg, validation) > 1:
+            return self._fit_folds(cfg, X, y)
         if cfg.streaming:
             return self._fit_stream(cfg, X, y, validation)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -372,6 +396,66 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._set_model(w, b)
         return self
 
+    def _folds(self, cfg: TrainConfig, validation) -> int:
+        """``validation_folds``, checked against the rest of the configuration."""
+        k = self.validation_folds
+        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
+            raise ValueError(f"validation_folds must be an int >= 1, got {k!r}")
+        if k > 1 and not cfg.selects:
+            raise ValueError("validation_folds > 1 selects among candidates: it needs solver '1pmb' or '2pmb' "
+                             "with eta or n_passes left unset")
+        if k > 1 and validation is not None:
+            raise ValueError("give X_val, y_val or validation_folds > 1, not both")
+        return int(k)
+
+    def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray) -> "NonDecomposableClassifier":
+        """K-fold selection (``validation_folds``; docs/solvers.md §Selection): the population on each fold's
+        complement, checked on the fold; the best mean validation value wins; its fold models are averaged."""
+        k = int(self.validation_folds)
+        fold = fold_ids(y, np.arange(X.shape[0]), cfg.random_state, k)
+        if min(np.count_nonzero(y[fold == f] > 0) for f in range(k)) == 0:
+            raise ValueError(f"validation_folds={k}: the training rows hold {np.count_nonzero(y > 0)} positive(s), "
+                             "fewer than one a fold")
+        runs = []
+        for f in range(k):
+            inside = fold == f
+            self._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]))
+            sel, scaling = self._selection, self._scaling
+            runs.append({"selection": sel, "report": self.selection_, "curve": self.validation_curve_,
+                         "history": self.history_, "passes": self.n_iter_, "positives": self.validation_positives_,
+                         "config": self.config_,
+                         "fold": (lambda w, b, s=scaling: (w, b) if s is None else s.fold(w, b))})
+        values = np.array([r["selection"].value for r in runs])            # (K, M); -inf: never scored / diverged
+        mean = values.mean(axis=0)
+        if not np.isfinite(mean).any():
+            raise FloatingPointError("no candidate produced a finite validation score on every fold")
+        win = int(np.argmax(mean))
+        w = np.mean([r["fold"](r["selection"].W[:, win], float(r["selection"].b[win]))[0] for r in runs], axis=0)
+        scores = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
+        if cfg.fit_intercept:                     # every row was a validation row once: the cut on all of them
+            b = cut_intercept(cfg.measure, y, scores, k=cfg.k if cfg.train_k is None else cfg.train_k)
+        else:
+            b = 0.0
+        self.selection_ = [{**row, "validation": float(mean[m]) if np.isfinite(mean[m]) else None,
+                            "selected": m == win,
+                            "steps": int(round(np.mean([r["report"][m]["steps"] for r in runs]))),
+                            "steps_trained": int(sum(r["report"][m]["steps_trained"] for r in runs)),
+                            "cost_share": float(np.mean([r["report"][m]["cost_share"] for r in runs])),
+                            "dropped_at_check": None, "reason": None,
+                            "folds": [{key: r["report"][m][key] for key in
+                                       ("validation", "steps", "steps_trained", "dropped_at_check", "reason")}
+                                      for r in runs]}
+                           for m, row in enumerate(runs[0]["report"])]
+        self.folds_ = k
+        self.validation_curve_ = [{**point, "fold": f} for f, r in enumerate(runs) for point in r["curve"]]
+        self.history_ = History([rec for r in runs for rec in r["history"]])
+        self.validation_positives_ = int(sum(r["positives"] for r in runs))
+        self.n_iter_ = int(sum(r["passes"] for r in runs))
+        self.config_ = runs[0]["config"]
+        self._state, self._selection, self._validation, self._scaling = None, None, None, None
+        self._set_model(w, b)
+        return self
+
     def _set_model(self, w: np.ndarray, b: float) -> None:
         """``coef_``, ``intercept_`` on the raw features (a model on scaled rows folded back)."""
         if getattr(self, "_scaling", None) is not None:
@@ -429,6 +513,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             Both labels; needed on the first call if that block has one class.
         """
         first = not hasattr(self, "_state") and not hasattr(self, "_ftrl")
+        if self.validation_folds != 1 or getattr(self, "folds_", None):
+            raise ValueError("partial_fit trains one population on a stream; K-fold selection "
+                             "(validation_folds > 1) is fit's, and its model cannot be continued")
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr", reset=first)
         if first:
             self._set_classes(np.asarray(classes) if classes is not None else y)

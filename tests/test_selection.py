@@ -349,3 +349,84 @@ def test_the_kernel_steps_each_candidate_by_its_schedule():
             w_sum += w
         np.testing.assert_allclose(state.W[:, m], w, rtol=1e-12)
         np.testing.assert_allclose(state.W_sum[:, m], w_sum, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- K-fold selection
+def test_folds_are_stratified_deterministic_and_follow_the_seed():
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = make_data(n=1003, pos=0.05)
+    ids = np.arange(y.shape[0])
+    folds = fold_ids(y, ids, 7, 5)
+    assert set(np.unique(folds)) == set(range(5))
+    for cls in (y > 0, y < 0):
+        counts = np.bincount(folds[cls], minlength=5)
+        assert counts.max() - counts.min() <= 1 and counts.sum() == cls.sum()
+    np.testing.assert_array_equal(folds, fold_ids(y, ids, 7, 5))
+    assert not np.array_equal(folds, fold_ids(y, ids, 8, 5))
+
+
+def test_k_fold_selection_is_the_best_mean_over_fits_on_each_folds_complement():
+    """``validation_folds=3`` against three independent fits, each on a fold's complement with the fold as its
+    validation rows: each candidate's value is the mean of theirs, the winner has the best mean, and F1's
+    threshold is the F1-optimal one on every row (brute force); the same seed gives the same model."""
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = make_data(n=1800, seed=5)
+    est = NonDecomposableClassifier("f1", random_state=2, validation_folds=3).fit(X, y)
+    folds = fold_ids(y, np.arange(y.shape[0]), 2, 3)
+    fits = [NonDecomposableClassifier("f1", random_state=2).fit(X[folds != f], y[folds != f],
+                                                                X[folds == f], y[folds == f]) for f in range(3)]
+    for m, row in enumerate(est.selection_):
+        per_fold = [fit.selection_[m]["validation"] for fit in fits]
+        assert [f["validation"] for f in row["folds"]] == per_fold
+        assert row["validation"] == pytest.approx(np.mean(per_fold), abs=1e-15)
+    chosen = [r for r in est.selection_ if r["selected"]]
+    assert len(chosen) == 1 and chosen[0]["validation"] == max(r["validation"] for r in est.selection_
+                                                               if r["validation"] is not None)
+    assert est.folds_ == 3 and est.validation_positives_ == int(np.count_nonzero(y > 0))
+    s = X @ est.coef_.ravel()
+    yy = np.where(y > 0, 1, -1)
+    best = max(_f1(yy, s > u) for u in np.append(np.unique(s), s.min() - 1))
+    assert _f1(yy, s + est.intercept_[0] > 0) == pytest.approx(best, abs=1e-12)
+    again = NonDecomposableClassifier("f1", random_state=2, validation_folds=3).fit(X, y)
+    np.testing.assert_array_equal(again.coef_, est.coef_)
+    np.testing.assert_array_equal(again.intercept_, est.intercept_)
+
+
+def test_k_fold_selection_of_one_candidate_averages_its_fold_models():
+    """One candidate (``eta`` and ``surrogate`` fixed, early stopping): the model is exactly the mean of the folds' models."""
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = make_data(n=1200, seed=4)
+    params = dict(measure="pauc", surrogate="hinge", eta=0.05, random_state=3)
+    est = NonDecomposableClassifier(**params, validation_folds=4).fit(X, y)
+    folds = fold_ids(y, np.arange(y.shape[0]), 3, 4)
+    coefs = [NonDecomposableClassifier(**params).fit(X[folds != f], y[folds != f], X[folds == f],
+                                                     y[folds == f]).coef_.ravel() for f in range(4)]
+    np.testing.assert_allclose(est.coef_.ravel(), np.mean(coefs, axis=0), rtol=1e-13, atol=1e-15)
+    assert len(est.selection_) == 1 and est.selection_[0]["selected"]
+
+
+@pytest.mark.parametrize("params, fit_kw, message", [
+    (dict(validation_folds=0), {}, "validation_folds must be an int >= 1"),
+    (dict(validation_folds=2.5), {}, "validation_folds must be an int >= 1"),
+    (dict(validation_folds=3, solver="cp"), {}, "needs solver '1pmb' or '2pmb'"),
+    (dict(validation_folds=3, eta=0.1, n_passes=2), {}, "eta or n_passes left unset"),
+    (dict(validation_folds=3), {"val": True}, "not both"),
+    (dict(validation_folds=200), {}, "fewer than one a fold"),
+])
+def test_k_fold_selection_rejects_what_it_cannot_do(params, fit_kw, message):
+    X, y = make_data(n=600)
+    args = (X[100:], y[100:], X[:100], y[:100]) if fit_kw else (X, y)
+    with pytest.raises(ValueError, match=message):
+        NonDecomposableClassifier("pauc", **params).fit(*args)
+
+
+def test_a_k_fold_model_is_not_continued_by_partial_fit():
+    X, y = make_data(n=600)
+    est = NonDecomposableClassifier("pauc", validation_folds=2).fit(X, y)
+    with pytest.raises(ValueError, match="cannot be continued"):
+        est.partial_fit(X, y)
+    with pytest.raises(ValueError, match="cannot be continued"):
+        NonDecomposableClassifier("pauc", validation_folds=2).partial_fit(X, y)

@@ -14,6 +14,11 @@ when ``n_c >= 2`` (so the rare class is represented), scaled down together
 when ``v_+ + v_-`` exceeds ``validation_max_rows``.  Membership is a
 threshold on the key, so any process decides it for any row.
 
+**Folds.**  K-fold selection (the estimator's ``validation_folds = K``)
+ranks each class's rows by the same keys and puts the row of rank ``r`` in
+fold ``r mod K``: every fold holds ``floor(n_c / K)`` or ``ceil(n_c / K)``
+rows of class ``c`` (:func:`fold_ids`).
+
 **Buffers.**  In pass ``p`` a block's training rows (not held out; for 2PMB,
 only the streamed class) are visited in ``row_order(seed, p, j)`` and cut into
 ``epoch_slices`` -- an epoch never spans two blocks.  The blocks of a pass are
@@ -43,7 +48,7 @@ import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps",
+__all__ = ["Holdout", "holdout_sizes", "fold_ids", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps",
            "schedule", "rounds", "ends_pass"]
 
 _NONE = np.uint64(0)
@@ -61,6 +66,16 @@ def holdout_sizes(n_pos: int, n_neg: int, fraction: float, max_rows: int) -> tup
     if total > max_rows:
         v = [max(1, int(x * max_rows // total)) if x else 0 for x in v]
     return v[0], v[1]
+
+
+def fold_ids(y: np.ndarray, row_ids: np.ndarray, random_state: int, k: int) -> np.ndarray:
+    """The fold in ``0 .. k-1`` of each row (module doc, Folds): stratified, by seed and row position."""
+    keys = holdout_keys(random_state, np.asarray(row_ids))
+    folds = np.empty(keys.shape[0], dtype=np.intp)
+    for cls in (np.asarray(y) > 0, np.asarray(y) <= 0):
+        rows = np.flatnonzero(cls)
+        folds[rows[np.argsort(keys[rows], kind="stable")]] = np.arange(rows.shape[0]) % k
+    return folds
 
 
 def smallest_keys(keys: np.ndarray, v: int) -> np.ndarray:
