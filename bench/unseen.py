@@ -30,6 +30,9 @@ index), ``StandardScaler`` fitted on the training part; the default
 ``LogisticRegression`` plain and balanced, LR with a threshold tuned for F1
 (``TunedThresholdClassifierCV``) and the cutting plane (time cap 20 s per fit).  The same
 targets are marked: nsdist >= the best peer - 0.5 point, strictly best, fit time <= 10x plain LR.
+One more column gives the same default with K-fold selection (``validation_folds=5``; the
+library's setting for data with few positives), its paired difference with the default and
+its fit seconds -- another setting of nsdist, not a peer.
 """
 from __future__ import annotations
 
@@ -114,19 +117,41 @@ def _wage():
 defaults.LOADERS.update(caravan=_caravan, default=_default, wage=_wage)
 
 
+FOLDS = 5                                     # the K-fold column: NonDecomposableClassifier(validation_folds=FOLDS)
+
+
 def _run_split(name: str, seed: int, measures: tuple[str, ...], cp_cap: float) -> dict:
-    """``bench/defaults.py``'s split, from a module that has registered the loaders above."""
-    return defaults.run_split(name, seed, measures, cp_cap)
+    """``bench/defaults.py``'s split (from a module that has registered the loaders above), plus the default
+    with ``validation_folds=FOLDS`` (``nsdist_folds``; not a peer: the same library, another setting)."""
+    from nsdist import NonDecomposableClassifier
+
+    out = defaults.run_split(name, seed, measures, cp_cap)
+    Xtr, ytr, Xte, yte = defaults.split(name, seed)
+    for m in measures:
+        t0 = time.perf_counter()
+        est = NonDecomposableClassifier(m, random_state=seed, validation_folds=FOLDS, **defaults.MEASURES[m]).fit(Xtr, ytr)
+        out["by_measure"][m]["nsdist_folds"] = {
+            "value": est.score(Xte, yte), "seconds": time.perf_counter() - t0,
+            "selected": next(c["name"] for c in est.selection_ if c["selected"])}
+    return out
 
 
-def report(cells: dict, meta: dict) -> str:
+def _folds_cells(splits: list[dict], measure: str) -> list[str]:
+    """The K-fold column's mean ± std and its paired difference with the default (mean ± standard error)."""
+    folds = [100 * sp["by_measure"][measure]["nsdist_folds"]["value"] for sp in splits]
+    diff = np.subtract(folds, [100 * sp["by_measure"][measure]["nsdist"]["value"] for sp in splits])
+    return [f"{np.mean(folds):.1f} ± {np.std(folds):.1f}", f"{diff.mean():+.1f} ± {diff.std() / np.sqrt(diff.size):.1f}"]
+
+
+def report(cells: dict, meta: dict, runs: dict) -> str:
     """``unseen.md``: the defaults table's columns that apply (no quoted or LibAUC figures exist here)."""
     t = defaults.targets(cells)
     n = t["cells"]
     data = "; ".join(f"{k}: {v['n']:,} rows x {v['d']} features, {v['pos_rate']:.2%} positives"
                      for k, v in meta["datasets"].items())
     head = ["data", "measure", "nsdist default", "LR", "LR bal", "LR F1-thr", "CP", "best peer",
-            "paired difference (± s.e.)", "≥ best − 0.5", "strictly best", "selected most often"]
+            "paired difference (± s.e.)", "≥ best − 0.5", "strictly best", "selected most often",
+            f"nsdist `validation_folds={FOLDS}`", "its paired difference with the default (± s.e.)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells.values():
         st = c["stat"]
@@ -140,13 +165,16 @@ def report(cells: dict, meta: dict) -> str:
             f"{defaults.LABEL[c['best_peer']]} {c['best_peer_value']:.1f} ({c['diff_vs_best']:+.2f})",
             f"{pd_['mean']:+.1f} ± {pd_['std'] / np.sqrt(pd_['n']):.1f}",
             "yes" if c["meets_margin"] else "**NO**", "yes" if c["strictly_best"] else "no",
-            f"{top} ({k}/{c['n_splits']})"]) + " |")
-    times = ["| data | LR s (median) | nsdist s: pAUC(0,0.1) / PRBEP / F1 | ratio nsdist / LR |", "|---|---|---|---|"]
+            f"{top} ({k}/{c['n_splits']})", *_folds_cells(runs[c["data"]], c["measure"])]) + " |")
+    times = ["| data | LR s (median) | nsdist s: pAUC(0,0.1) / PRBEP / F1 | ratio nsdist / LR | "
+             f"`validation_folds={FOLDS}` s: pAUC(0,0.1) / PRBEP / F1 |", "|---|---|---|---|---|"]
     for name in meta["datasets"]:
         cs = [c for c in cells.values() if c["data"] == name]
         times.append(f"| {name} | {cs[0]['lr_seconds']:.3f} | "
                      + " / ".join(f"{c['nsdist_seconds']:.2f}" for c in cs) + " | "
-                     + " / ".join(f"{c['time_ratio']:.1f}" for c in cs) + " |")
+                     + " / ".join(f"{c['time_ratio']:.1f}" for c in cs) + " | "
+                     + " / ".join(f"{np.median([sp['by_measure'][c['measure']]['nsdist_folds']['seconds'] for sp in runs[name]]):.2f}"
+                                  for c in cs) + " |")
     return (
         "# The defaults on data sets they were never tuned or reported on\n\n"
         f"Written by `{' '.join(['python bench/unseen.py', *meta['argv']])}` ({meta['n_splits']} splits, "
@@ -160,11 +188,15 @@ def report(cells: dict, meta: dict) -> str:
         "Columns as in `defaults.md` (CP: the library's cutting plane, its returned iterate, 20 s cap per fit; "
         "`[w=0 k/n]`: that iterate is w = 0, constant scores, in k splits). Paired difference: nsdist minus the best "
         "peer split by split, mean ± its standard error (std / sqrt(splits)) -- how much of a gap the splits "
-        "resolve.\n\n"
+        "resolve. The last two columns: the same default with K-fold selection (`validation_folds=5`, "
+        "docs/solvers.md §Selection) -- another setting of the library, not a peer.\n\n"
         + "\n".join(rows) + "\n\n"
         f"**≥ best peer − 0.5: {t['margin']['met']}/{n}**; **strictly best: {t['strictly_best']['count']}/{n}**; "
         f"**fit time ≤ 10× plain LR on every set: {'met' if t['time']['target_met'] else 'MISSED'}**"
         + (f" (missed on {', '.join(t['time']['missed'])})" if t["time"]["missed"] else "") + ".\n\n"
+        f"With `validation_folds={FOLDS}` in the default's place (the same peers): ≥ best peer − 0.5 on "
+        f"{sum(c['stat']['nsdist_folds']['mean'] >= c['best_peer_value'] - defaults.MARGIN for c in cells.values())}/{n}, "
+        f"strictly best on {sum(c['stat']['nsdist_folds']['mean'] > c['best_peer_value'] for c in cells.values())}/{n}.\n\n"
         "## Fit seconds (median over splits)\n\n" + "\n".join(times) + "\n\n"
         "## Where a target is missed, and anything odd\n\n" + defaults.notes(cells) +
         "\n## Reproduce\n\n```\n.venv/bin/python bench/unseen.py            # fetches the ISLP wheel once (pip)\n"
@@ -178,7 +210,7 @@ def publish(out: Path, meta: dict, runs: dict) -> dict:
     payload = {"meta": meta, "summary": cells, "targets": defaults.targets(cells) if cells else None, "runs": runs}
     defaults._atomic_write(out / "unseen.json", json.dumps(defaults._rounded(payload), indent=1).encode())
     if cells:
-        defaults._atomic_write(out / "unseen.md", report(cells, meta).encode())
+        defaults._atomic_write(out / "unseen.md", report(cells, meta, runs).encode())
     return cells
 
 

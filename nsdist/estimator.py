@@ -420,17 +420,17 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         for f in range(k):
             inside = fold == f
             self._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]))
-            sel, scaling = self._selection, self._scaling
-            runs.append({"selection": sel, "report": self.selection_, "curve": self.validation_curve_,
-                         "history": self.history_, "passes": self.n_iter_, "positives": self.validation_positives_,
-                         "config": self.config_,
-                         "fold": (lambda w, b, s=scaling: (w, b) if s is None else s.fold(w, b))})
+            runs.append({"selection": self._selection, "scaling": self._scaling, "report": self.selection_,
+                         "curve": self.validation_curve_, "history": self.history_, "passes": self.n_iter_,
+                         "positives": self.validation_positives_, "config": self.config_, "eta": self.eta_})
         values = np.array([r["selection"].value for r in runs])            # (K, M); -inf: never scored / diverged
         mean = values.mean(axis=0)
         if not np.isfinite(mean).any():
             raise FloatingPointError("no candidate produced a finite validation score on every fold")
         win = int(np.argmax(mean))
-        w = np.mean([r["fold"](r["selection"].W[:, win], float(r["selection"].b[win]))[0] for r in runs], axis=0)
+        fold_models = [r["selection"].W[:, win] if r["scaling"] is None else        # each on the raw features
+                       r["scaling"].fold(r["selection"].W[:, win], float(r["selection"].b[win]))[0] for r in runs]
+        w = np.mean(fold_models, axis=0)
         scores = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
         if cfg.fit_intercept:                     # every row was a validation row once: the cut on all of them
             b = cut_intercept(cfg.measure, y, scores, k=cfg.k if cfg.train_k is None else cfg.train_k)
@@ -451,8 +451,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.history_ = History([rec for r in runs for rec in r["history"]])
         self.validation_positives_ = int(sum(r["positives"] for r in runs))
         self.n_iter_ = int(sum(r["passes"] for r in runs))
-        self.config_ = runs[0]["config"]
-        self._state, self._selection, self._validation, self._scaling = None, None, None, None
+        self.config_, self.eta_ = runs[0]["config"], runs[0]["eta"]
+        self._state, self._selection, self._validation, self._scaling, self._reservoir = None, None, None, None, None
         self._set_model(w, b)
         return self
 
