@@ -110,7 +110,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
-        ``validation_fraction`` ...).  ``1pmb`` and ``2pmb`` stream out of
+        ``validation_fraction`` ...; ``validation_folds`` only as 1: K-fold
+        selection is the estimator's ``fit``).  ``1pmb`` and ``2pmb`` stream out of
         core; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load the
         whole dataset on the driver.
 
@@ -121,6 +122,11 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         per-check validation curve, every candidate (``selection``) and the
         seconds of each phase.
     """
+    if params.get("validation_folds", 1) != 1:
+        raise ValueError("validation_folds (K-fold selection) is NonDecomposableClassifier.fit's: it holds every row "
+                         "in memory; nsdist.train streams, and selects on one holdout (validation_fraction) or on "
+                         "validation=(X, y)")
+    params.pop("validation_folds", None)
     cfg = TrainConfig.from_params(standardize=standardize, **params)   # all checked before a cluster starts
     if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
         raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
