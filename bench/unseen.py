@@ -117,30 +117,9 @@ def _wage():
 defaults.LOADERS.update(caravan=_caravan, default=_default, wage=_wage)
 
 
-FOLDS = 5                                     # the K-fold column: NonDecomposableClassifier(validation_folds=FOLDS)
-
-
 def _run_split(name: str, seed: int, measures: tuple[str, ...], cp_cap: float) -> dict:
-    """``bench/defaults.py``'s split (from a module that has registered the loaders above), plus the default
-    with ``validation_folds=FOLDS`` (``nsdist_folds``; not a peer: the same library, another setting)."""
-    from nsdist import NonDecomposableClassifier
-
-    out = defaults.run_split(name, seed, measures, cp_cap)
-    Xtr, ytr, Xte, yte = defaults.split(name, seed)
-    for m in measures:
-        t0 = time.perf_counter()
-        est = NonDecomposableClassifier(m, random_state=seed, validation_folds=FOLDS, **defaults.MEASURES[m]).fit(Xtr, ytr)
-        out["by_measure"][m]["nsdist_folds"] = {
-            "value": est.score(Xte, yte), "seconds": time.perf_counter() - t0,
-            "selected": next(c["name"] for c in est.selection_ if c["selected"])}
-    return out
-
-
-def _folds_cells(splits: list[dict], measure: str) -> list[str]:
-    """The K-fold column's mean ± std and its paired difference with the default (mean ± standard error)."""
-    folds = [100 * sp["by_measure"][measure]["nsdist_folds"]["value"] for sp in splits]
-    diff = np.subtract(folds, [100 * sp["by_measure"][measure]["nsdist"]["value"] for sp in splits])
-    return [f"{np.mean(folds):.1f} ± {np.std(folds):.1f}", f"{diff.mean():+.1f} ± {diff.std() / np.sqrt(diff.size):.1f}"]
+    """``bench/defaults.py``'s split, from a module that has registered the loaders above."""
+    return defaults.run_split(name, seed, measures, cp_cap)
 
 
 def report(cells: dict, meta: dict, runs: dict) -> str:
@@ -151,7 +130,7 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
                      for k, v in meta["datasets"].items())
     head = ["data", "measure", "nsdist default", "LR", "LR bal", "LR F1-thr", "CP", "best peer",
             "paired difference (± s.e.)", "≥ best − 0.5", "strictly best", "selected most often",
-            f"nsdist `validation_folds={FOLDS}`", "its paired difference with the default (± s.e.)"]
+            f"nsdist `validation_folds={defaults.FOLDS}`", "its paired difference with the default (± s.e.)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells.values():
         st = c["stat"]
@@ -165,9 +144,9 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
             f"{defaults.LABEL[c['best_peer']]} {c['best_peer_value']:.1f} ({c['diff_vs_best']:+.2f})",
             f"{pd_['mean']:+.1f} ± {pd_['std'] / np.sqrt(pd_['n']):.1f}",
             "yes" if c["meets_margin"] else "**NO**", "yes" if c["strictly_best"] else "no",
-            f"{top} ({k}/{c['n_splits']})", *_folds_cells(runs[c["data"]], c["measure"])]) + " |")
+            f"{top} ({k}/{c['n_splits']})", *defaults.folds_cells(runs[c["data"]], c["measure"])]) + " |")
     times = ["| data | LR s (median) | nsdist s: pAUC(0,0.1) / PRBEP / F1 | ratio nsdist / LR | "
-             f"`validation_folds={FOLDS}` s: pAUC(0,0.1) / PRBEP / F1 |", "|---|---|---|---|---|"]
+             f"`validation_folds={defaults.FOLDS}` s: pAUC(0,0.1) / PRBEP / F1 |", "|---|---|---|---|---|"]
     for name in meta["datasets"]:
         cs = [c for c in cells.values() if c["data"] == name]
         times.append(f"| {name} | {cs[0]['lr_seconds']:.3f} | "
@@ -194,7 +173,7 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
         f"**≥ best peer − 0.5: {t['margin']['met']}/{n}**; **strictly best: {t['strictly_best']['count']}/{n}**; "
         f"**fit time ≤ 10× plain LR on every set: {'met' if t['time']['target_met'] else 'MISSED'}**"
         + (f" (missed on {', '.join(t['time']['missed'])})" if t["time"]["missed"] else "") + ".\n\n"
-        f"With `validation_folds={FOLDS}` in the default's place (the same peers): ≥ best peer − 0.5 on "
+        f"With `validation_folds={defaults.FOLDS}` in the default's place (the same peers): ≥ best peer − 0.5 on "
         f"{sum(c['stat']['nsdist_folds']['mean'] >= c['best_peer_value'] - defaults.MARGIN for c in cells.values())}/{n}, "
         f"strictly best on {sum(c['stat']['nsdist_folds']['mean'] > c['best_peer_value'] for c in cells.values())}/{n}.\n\n"
         "## Fit seconds (median over splits)\n\n" + "\n".join(times) + "\n\n"
