@@ -110,9 +110,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
-        ``validation_fraction`` ...; ``validation_folds`` only as 1: K-fold
-        selection is the estimator's ``fit``).  ``1pmb`` and ``2pmb`` stream out of
-        core; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load the
+        ``validation_fraction`` ...).  ``1pmb`` and ``2pmb`` stream out of
+        core, but K-fold selection (``validation_folds > 1``) reads the data
+        onto the driver, as ``ftrl``, ``psg`` and ``cp`` do; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load the
         whole dataset on the driver.
 
     Returns
@@ -122,14 +122,12 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         per-check validation curve, every candidate (``selection``) and the
         seconds of each phase.
     """
-    if params.get("validation_folds", 1) != 1:
-        raise ValueError("validation_folds (K-fold selection) is NonDecomposableClassifier.fit's: it holds every row "
-                         "in memory; nsdist.train streams, and selects on one holdout (validation_fraction) or on "
-                         "validation=(X, y)")
-    params.pop("validation_folds", None)
     cfg = TrainConfig.from_params(standardize=standardize, **params)   # all checked before a cluster starts
     if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
         raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
+    if cfg.validation_folds > 1 and (validation is not None or n_chains > 1 or init_model is not None):
+        raise ValueError("validation_folds > 1 (K-fold selection) reads the data onto the driver and selects on "
+                         "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options)
     if init_model is not None:
@@ -143,12 +141,13 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         # only a holdout needs the class counts; otherwise the footers' label statistics usually
         # show both classes without reading a row (else the label column is read)
         counts = None
-        if cfg.streaming and validation is None and cfg.selects and cfg.validation_fraction > 0:
+        in_memory = not cfg.streaming or cfg.validation_folds > 1
+        if not in_memory and validation is None and cfg.selects and cfg.validation_fraction > 0:
             counts = class_counts(c, ds)
         else:
             check_classes(c, ds)
         phases["class_check"] = time.perf_counter() - t
-        if not cfg.streaming:
+        if in_memory:
             model = _train_in_memory(cfg, ds)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
@@ -332,14 +331,24 @@ def _writeable(X):
 
 
 def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
-    """The in-memory baselines (FTRL, PSG, CP) on a dataset that fits on the driver (the estimator scales)."""
-    from .estimator import NonDecomposableClassifier   # scikit-learn: ~1 s to import, only these solvers need it
+    """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
+    selection (``validation_folds > 1``), by the estimator on every row in file order (it scales)."""
+    from .estimator import NonDecomposableClassifier   # scikit-learn: ~1 s to import, only these fits need it
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
+    if cfg.validation_folds > 1:
+        log.info("K-fold selection: %d rows read onto the driver, %d folds", X.shape[0], cfg.validation_folds)
     t0 = time.perf_counter()
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
+    if est.selection_ is not None:
+        history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
+                       validation_curve=est.validation_curve_, validation_positives=est.validation_positives_,
+                       folds=est.folds_)
+        log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
+                 "(docs/solvers.md, 'What the holdout resolves')", est.validation_positives_,
+                 1.0 / max(1, est.validation_positives_))
     return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
                        params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,
                        dataset_fingerprint=ds.fingerprint, history=history)

@@ -8,7 +8,6 @@ engine) and the CLI read too.
 from __future__ import annotations
 
 import time
-from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -122,7 +121,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         Cap on the validation rows (both classes scaled down together).
     validation_folds : int >= 1, default 1
         ``K > 1``: K-fold selection instead of one holdout (:meth:`fit` on
-        rows in memory; not ``partial_fit`` nor :func:`nsdist.train`).  The
+        rows in memory, not ``partial_fit``; :func:`nsdist.train` reads the
+        rows onto the driver for it).  The
         rows are split into ``K`` stratified folds by seed and row position;
         the population trains ``K`` times, each time on the rows outside one
         fold and checked on that fold; the candidate with the best mean
@@ -396,22 +396,17 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._set_model(w, b)
         return self
 
-    def _folds(self, cfg: TrainConfig, validation) -> int:
-        """``validation_folds``, checked against the rest of the configuration."""
-        k = self.validation_folds
-        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
-            raise ValueError(f"validation_folds must be an int >= 1, got {k!r}")
-        if k > 1 and not cfg.selects:
-            raise ValueError("validation_folds > 1 selects among candidates: it needs solver '1pmb' or '2pmb' "
-                             "with eta or n_passes left unset")
-        if k > 1 and validation is not None:
+    @staticmethod
+    def _folds(cfg: TrainConfig, validation) -> int:
+        """``validation_folds`` (checked by the configuration), given validation rows or not."""
+        if cfg.validation_folds > 1 and validation is not None:
             raise ValueError("give X_val, y_val or validation_folds > 1, not both")
-        return int(k)
+        return cfg.validation_folds
 
     def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray) -> "NonDecomposableClassifier":
         """K-fold selection (``validation_folds``; docs/solvers.md §Selection): the population on each fold's
         complement, checked on the fold; the best mean validation value wins; its fold models are averaged."""
-        k = int(self.validation_folds)
+        k = cfg.validation_folds
         fold = fold_ids(y, np.arange(X.shape[0]), cfg.random_state, k)
         if min(np.count_nonzero(y[fold == f] > 0) for f in range(k)) == 0:
             raise ValueError(f"validation_folds={k}: the training rows hold {np.count_nonzero(y > 0)} positive(s), "

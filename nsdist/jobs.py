@@ -140,6 +140,8 @@ class SolverSpec(_Section):
     validation_fraction: float | None = Field(None, ge=0, lt=1,
                                               description="fraction held out to choose eta/surrogate/passes")
     validation_max_rows: int | None = Field(None, ge=2, description="cap on the held-out validation rows")
+    validation_folds: int | None = Field(None, ge=1, description="K > 1: K-fold selection on the driver (data with "
+                                         "few positives; about K times the fit)")
     n_iter_no_change: int | None = Field(None, ge=1, description="early stopping: checks over which the validation "
                                          "measure must gain 1/v+ (one validation positive's worth) to go on")
     radius: float | None = Field(None, gt=0, description="L2 ball radius of the projection")

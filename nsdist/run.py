@@ -370,7 +370,9 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
         run.write_bytes("learning_curve.png", curve_png(h, measure=f"{label} on the {role} data", title=title))
         log.info("learning curve: %s (%d points)", run.path("learning_curve.png"), len(h["curve"]))
     else:
-        log.info("no learning curve: the %s solver does not stream partitions", model.params["solver"])
+        log.info("no learning curve: %s does not stream partitions",
+                 "K-fold selection" if (model.params.get("validation_folds") or 1) > 1
+                 else f"the {model.params['solver']} solver")
     return metrics
 
 

@@ -78,8 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nLetter, positive class N: trained on {result.train.num_rows} rows, tested on {ours['n_rows']} "
           f"held-out rows ({ours['n_positives']} positives)\n")
     print(measures_table(results, {n: {"train s": f"{t:.2f}"} for n, t in times.items()}))
-    print(f"\nwritten to {out}/: model/, metrics.json, learning_curve.png, run.log, comparison.json "
-          f"({time.perf_counter() - t0:.0f} s in all)")
+    files = [f for f in ("model/", "metrics.json", "learning_curve.png", "run.log", "comparison.json")
+             if (Path(out) / f).exists()]
+    print(f"\nwritten to {out}/: {', '.join(files)} ({time.perf_counter() - t0:.0f} s in all)")
     return 0
 
 

@@ -340,6 +340,23 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
     assert ("(the runner-up is within it)" in line) == (winner["validation"] - runner["validation"] < 1 / v_pos)
 
 
+def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
+    """``--set solver.validation_folds=3``: the rows are read onto the driver and the estimator's K-fold selection
+    fits there; metrics.json gives each candidate's mean over the folds, the CLI the winner, and every training
+    positive took part in the choice."""
+    out = run["tmp"] / "kfold"
+    proc = ok(nsdist("train", run["data"], "--measure", "prbep", "--holdout", 0.3, "--set", "solver.validation_folds=3",
+                     "--set", "solver.max_passes=2", "--out", out, env=env))
+    sel = json.loads((out / "metrics.json").read_text())["selection"]
+    winner = next(c for c in sel["candidates"] if c["selected"])
+    assert all(len(c["folds"]) == 3 for c in sel["candidates"])
+    assert winner["validation"] == pytest.approx(np.mean([f["validation"] for f in winner["folds"]]), abs=1e-15)
+    train, _ = holdout_split(Dataset.open(str(run["data"])), 0.3)
+    assert sel["validation_positives"] == int((load_rows(train)[1] > 0).sum())
+    assert f"selected {winner['name']} (validation {winner['validation']:.4f}" in proc.stdout
+    assert "K-fold selection does not stream partitions" in (out / "run.log").read_text()
+
+
 def test_selection_summary_says_whether_the_runner_up_is_within_the_holdouts_resolution():
     """1 / v+ is the smallest difference the validation rows resolve; the summary says when the runner-up is
     closer than that."""

@@ -130,6 +130,25 @@ def test_engine_equals_in_memory_solver_float32_wide_one_candidate(cluster, tmp_
     assert model.intercept == float(est.intercept_[0])
 
 
+def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_model(cluster, tmp_path, letter):
+    """``validation_folds=3``: nsdist.train reads the partitions onto the driver (in file order) and fits the
+    estimator's K-fold selection there: the same model to the bit, the folds' selection in the history."""
+    X, y = letter[0][:3000], letter[1][:3000]
+    url = write_parquet(tmp_path / "kfold", X, y, rows_per_file=1000)
+    params = dict(measure="prbep", validation_folds=3, random_state=1)
+    model = train(url, client=cluster, **params)
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+    assert model.history["folds"] == 3 and model.history["validation_positives"] == int((y > 0).sum())
+    assert model.history["selected"] == next(r["name"] for r in est.selection_ if r["selected"])
+    assert model.params["validation_folds"] == 3
+    with pytest.raises(ValueError, match="not with validation=, n_chains > 1 or init_model="):
+        train(url, client=cluster, validation=(X[:100], y[:100]), **params)
+    with pytest.raises(ValueError, match="not with validation=, n_chains > 1 or init_model="):
+        train(url, client=cluster, n_chains=2, **params)
+
+
 def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     X, y = letter[0][:5000], letter[1][:5000]
     url = write_parquet(tmp_path / "one", X, y, rows_per_file=5000)

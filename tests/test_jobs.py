@@ -56,7 +56,7 @@ def test_estimator_params_map_sections(tmp_path):
 def test_unknown_key_names_it_and_suggests_the_nearest(tmp_path):
     (line,) = problems(tmp_path, {**MINIMAL, "solver": {"etta": 2}})
     assert line.endswith(("job.yaml: solver.etta: unknown key; did you mean 'eta'? (valid keys: name, surrogate, "
-                          "eta, buffer_size, n_passes, max_passes, validation_fraction, validation_max_rows, "
+                          "eta, buffer_size, n_passes, max_passes, validation_fraction, validation_max_rows, validation_folds, "
                           "n_iter_no_change, radius, average, shuffle, random_state, fit_intercept, "
                           "alpha, max_iter, tol)"))
     (line,) = problems(tmp_path, {**MINIMAL, "solvr": {}})

@@ -430,10 +430,3 @@ def test_a_k_fold_model_is_not_continued_by_partial_fit():
         est.partial_fit(X, y)
     with pytest.raises(ValueError, match="cannot be continued"):
         NonDecomposableClassifier("pauc", validation_folds=2).partial_fit(X, y)
-
-
-def test_the_engine_refuses_k_fold_selection_before_it_starts(tmp_path):
-    import nsdist
-
-    with pytest.raises(ValueError, match="validation_folds .K-fold selection. is NonDecomposableClassifier.fit's"):
-        nsdist.train(tmp_path / "nothing-here", measure="pauc", validation_folds=5)

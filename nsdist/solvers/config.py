@@ -91,7 +91,7 @@ DEFAULTS: dict[str, Any] = dict(
     measure="pauc", beta=0.1, k=None, surrogate=None, solver="1pmb", buffer_size=500, eta=None,
     radius=None, alpha=1e-4, n_passes=None, max_passes=None, max_iter=200, tol=1e-3, average=True,
     shuffle=True, fit_intercept=True, standardize=True, validation_fraction=0.1, validation_max_rows=200_000,
-    n_iter_no_change=5, random_state=0,
+    validation_folds=1, n_iter_no_change=5, random_state=0,
 )
 
 
@@ -207,6 +207,7 @@ class TrainConfig:
     standardize: bool = True
     validation_fraction: float = 0.1
     validation_max_rows: int = 200_000
+    validation_folds: int = 1
     n_iter_no_change: int = 5
     random_state: int = 0
     # resolved
@@ -233,7 +234,7 @@ class TrainConfig:
         if p["surrogate"] is not None:
             make_loss(measure, beta=p["beta"], k=p["k"], surrogate=p["surrogate"])
         for name, low in (("buffer_size", 2), ("max_iter", 1), ("random_state", 0), ("n_iter_no_change", 1),
-                          ("validation_max_rows", 2)):
+                          ("validation_max_rows", 2), ("validation_folds", 1)):
             _check_int(name, p[name], low)
         for name in ("n_passes", "max_passes"):
             _check_int(name, p[name], 1, allow_none=True)
@@ -247,6 +248,9 @@ class TrainConfig:
         for name in ("average", "shuffle", "fit_intercept", "standardize"):
             if not isinstance(p[name], (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {p[name]!r}")
+        if p["validation_folds"] > 1 and not (p["solver"] in STREAMING and (p["eta"] is None or p["n_passes"] is None)):
+            raise ValueError("validation_folds > 1 selects among candidates: it needs solver '1pmb' or '2pmb' "
+                             "with eta or n_passes left unset")
         p.update(measure=measure, validation_fraction=float(vf), average=bool(p["average"]),
                  shuffle=bool(p["shuffle"]), fit_intercept=bool(p["fit_intercept"]),
                  standardize=bool(p["standardize"]))
