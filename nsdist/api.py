@@ -111,9 +111,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
         ``validation_fraction`` ...).  ``1pmb`` and ``2pmb`` stream out of
-        core, but K-fold selection (``validation_folds > 1``) reads the data
-        onto the driver, as ``ftrl``, ``psg`` and ``cp`` do; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load the
-        whole dataset on the driver.
+        core (but K-fold selection, ``validation_folds > 1``, reads the rows
+        onto the driver); ``ftrl``, ``psg`` and ``cp`` are in-memory baselines
+        and load the whole dataset on the driver.
 
     Returns
     -------
@@ -183,8 +183,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     n_val = 0 if val is None else val[0].shape[0]
     v_pos = 0 if val is None else int(np.count_nonzero(val[1] > 0))
     if cfg.selects and v_pos:
-        log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
-                 "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
+        _log_resolution(v_pos)
     # a fixed ranking run's cut, or the selected F1 model's threshold: placed on a sample of the data's rows
     need_cut = cfg.fit_intercept and ((cfg.selects and n_val > 0 and cfg.plug_in) or (
         not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded))
@@ -330,6 +329,11 @@ def _writeable(X):
     return X if (X.data if sp.issparse(X) else X).flags.writeable else X.copy()
 
 
+def _log_resolution(v_pos: int) -> None:
+    log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
+             "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
+
+
 def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
     selection (``validation_folds > 1``), by the estimator on every row in file order (it scales)."""
@@ -346,9 +350,7 @@ def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
                        validation_curve=est.validation_curve_, validation_positives=est.validation_positives_,
                        folds=est.folds_)
-        log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
-                 "(docs/solvers.md, 'What the holdout resolves')", est.validation_positives_,
-                 1.0 / max(1, est.validation_positives_))
+        _log_resolution(est.validation_positives_)
     return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
                        params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,
                        dataset_fingerprint=ds.fingerprint, history=history)
