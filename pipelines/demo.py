@@ -32,6 +32,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from nsdist.run import load_rows, run_train
+from nsdist.data.fs import exists
 from nsdist.jobs import load_job
 from nsdist.report import RunDir, measures_of, measures_table
 
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"held-out rows ({ours['n_positives']} positives)\n")
     print(measures_table(results, {n: {"train s": f"{t:.2f}"} for n, t in times.items()}))
     files = [f for f in ("model/", "metrics.json", "learning_curve.png", "run.log", "comparison.json")
-             if (Path(out) / f).exists()]
+             if exists(f"{out}/{f.rstrip('/')}")]
     print(f"\nwritten to {out}/: {', '.join(files)} ({time.perf_counter() - t0:.0f} s in all)")
     return 0
 

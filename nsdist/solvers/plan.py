@@ -48,8 +48,8 @@ import numpy as np
 
 from .order import block_order, holdout_keys, row_order
 
-__all__ = ["Holdout", "holdout_sizes", "fold_ids", "smallest_keys", "training_rows", "stream_order", "block_rows", "Step", "Steps",
-           "schedule", "rounds", "ends_pass"]
+__all__ = ["Holdout", "holdout_sizes", "fold_ids", "smallest_keys", "training_rows", "stream_order", "block_rows",
+           "Step", "Steps", "schedule", "rounds", "ends_pass"]
 
 _NONE = np.uint64(0)
 
