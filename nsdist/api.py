@@ -20,6 +20,7 @@ from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
+from .engine.folds import fold_tasks
 from .engine.holdout import WorkerSample, check_classes, class_counts, gather_validation, plan_holdout, sample_partitions
 from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
@@ -148,7 +149,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
             check_classes(c, ds)
         phases["class_check"] = time.perf_counter() - t
         if in_memory:
-            model = _train_in_memory(cfg, ds)
+            model = _train_in_memory(c, cfg, ds)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
@@ -334,17 +335,18 @@ def _log_resolution(v_pos: int) -> None:
              "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
 
 
-def _train_in_memory(cfg: TrainConfig, ds: Dataset) -> LinearModel:
+def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
-    selection (``validation_folds > 1``), by the estimator on every row in file order (it scales)."""
-    from .estimator import NonDecomposableClassifier   # scikit-learn: ~1 s to import, only these fits need it
+    selection (``validation_folds > 1``, its fold fits as Dask tasks), by the estimator on every row in file
+    order (it scales)."""
+    from .estimator import NonDecomposableClassifier, fit_fold   # scikit-learn: ~1 s to import, only these fits need it
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:
         log.info("K-fold selection: %d rows read onto the driver, %d folds", X.shape[0], cfg.validation_folds)
     t0 = time.perf_counter()
-    est = NonDecomposableClassifier(**cfg.params()).fit(X, y)
+    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold))
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
     if est.selection_ is not None:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),

@@ -255,7 +255,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
     # -------------------------------------------------------------------- fit
 
-    def fit(self, X, y, X_val=None, y_val=None) -> "NonDecomposableClassifier":
+    def fit(self, X, y, X_val=None, y_val=None, *, map_folds=None) -> "NonDecomposableClassifier":
         """Train on ``(X, y)`` from ``w = 0`` with the chosen solver.
 
         Parameters
@@ -266,6 +266,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             Validation rows.  1PMB/2PMB select on them instead of a holdout
             carved from ``(X, y)``; every solver records their measure in
             ``history_``.
+        map_folds : callable, optional
+            How the ``K`` fold fits of ``validation_folds = K > 1`` run: called
+            as ``map_folds(cfg, X, y, fold)``, it returns ``[fit_fold(cfg, X,
+            y, fold, f) for f in range(K)]`` (:func:`fit_fold`), in that order,
+            wherever it runs them.  Default :func:`map_folds_here` (one after the
+            other, here); :func:`nsdist.train` runs them as Dask tasks.
         """
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
         self._set_classes(y)
@@ -276,7 +282,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.selection_, self.validation_curve_, self.validation_positives_ = None, [], 0
         self.folds_ = None
         if self._folds(cfg, validation) > 1:
-            return self._fit_folds(cfg, X, y)
+            return self._fit_folds(cfg, X, y, map_folds)
         if cfg.streaming:
             return self._fit_stream(cfg, X, y, validation)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -403,7 +409,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError("give X_val, y_val or validation_folds > 1, not both")
         return cfg.validation_folds
 
-    def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray) -> "NonDecomposableClassifier":
+    def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray, map_folds=None) -> "NonDecomposableClassifier":
         """K-fold selection (``validation_folds``; docs/solvers.md §Selection): the population on each fold's
         complement, checked on the fold; the best mean validation value wins; its fold models are averaged."""
         k = cfg.validation_folds
@@ -411,13 +417,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if min(np.count_nonzero(y[fold == f] > 0) for f in range(k)) == 0:
             raise ValueError(f"validation_folds={k}: the training rows hold {np.count_nonzero(y > 0)} positive(s), "
                              "fewer than one a fold")
-        runs = []
-        for f in range(k):
-            inside = fold == f
-            self._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]))
-            runs.append({"selection": self._selection, "scaling": self._scaling, "report": self.selection_,
-                         "curve": self.validation_curve_, "history": self.history_, "passes": self.n_iter_,
-                         "positives": self.validation_positives_, "config": self.config_, "eta": self.eta_})
+        runs = (map_folds or map_folds_here)(cfg, X, y, fold)
         values = np.array([r["selection"].value for r in runs])            # (K, M); -inf: never scored / diverged
         mean = values.mean(axis=0)
         if not np.isfinite(mean).any():
@@ -637,3 +637,22 @@ def expected_failed_checks(estimator: NonDecomposableClassifier) -> dict[str, st
             "a Prec@k model labels exactly its top-K scores positive (its cut), so with k below the "
             "positive rate of the check's balanced blobs (1/2) its accuracy stays under the 0.83 it wants")}
     return {}
+
+
+def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int) -> dict:
+    """Fold ``f`` of K-fold selection: the population of ``cfg`` trained on the rows outside fold ``f`` and
+    checked on it -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` does.  Returns its
+    selection (every candidate's best snapshot on the fold's scaled features), the scaling, its report, curve,
+    history, passes, validation positives, resolved configuration and step sizes (plain objects: a Dask
+    worker can run it and send them back)."""
+    est = NonDecomposableClassifier(**{**cfg.params(), "validation_folds": 1})
+    inside = fold == f
+    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]))
+    return {"selection": est._selection, "scaling": est._scaling, "report": est.selection_,
+            "curve": est.validation_curve_, "history": est.history_, "passes": est.n_iter_,
+            "positives": est.validation_positives_, "config": est.config_, "eta": est.eta_}
+
+
+def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
+    """The ``K`` fold fits of K-fold selection one after the other, in this process."""
+    return [fit_fold(cfg, X, y, fold, f) for f in range(cfg.validation_folds)]

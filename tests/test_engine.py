@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, get_task_stream
 
 import nsdist
 from nsdist import metrics
@@ -132,12 +132,16 @@ def test_engine_equals_in_memory_solver_float32_wide_one_candidate(cluster, tmp_
 
 def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_model(cluster, tmp_path, letter):
     """``validation_folds=3``: nsdist.train reads the partitions onto the driver (in file order) and fits the
-    estimator's K-fold selection there: the same model to the bit, the folds' selection in the history."""
+    estimator's K-fold selection there, its fold fits as Dask tasks: the same model to the bit as the estimator's
+    in-process fit, the folds' selection in the history."""
     X, y = letter[0][:3000], letter[1][:3000]
     url = write_parquet(tmp_path / "kfold", X, y, rows_per_file=1000)
     params = dict(measure="prbep", validation_folds=3, random_state=1)
-    model = train(url, client=cluster, **params)
+    with get_task_stream(cluster) as stream:
+        model = train(url, client=cluster, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    folds = [t for t in stream.data if str(t["key"]).startswith("nsdist-fold-")]
+    assert sorted(str(t["key"])[-2:] for t in folds) == ["-0", "-1", "-2"]      # one task per fold, on the workers
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(est.intercept_[0])
     assert model.history["folds"] == 3 and model.history["validation_positives"] == int((y > 0).sum())
