@@ -330,9 +330,12 @@ def _writeable(X):
     return X if (X.data if sp.issparse(X) else X).flags.writeable else X.copy()
 
 
-def _log_resolution(v_pos: int) -> None:
+def _log_resolution(v_pos: int, folds: int = 1) -> None:
     log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
              "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
+    if folds == 1 and v_pos < 100:     # coarser than a point of the measure: the choice is partly luck
+        log.info("with %d validation positives, K-fold selection (validation_folds=5) would choose on every "
+                 "positive, for about 5 times the fit (docs/solvers.md, 'K-fold selection')", v_pos)
 
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
@@ -352,7 +355,7 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
                        validation_curve=est.validation_curve_, validation_positives=est.validation_positives_,
                        folds=est.folds_)
-        _log_resolution(est.validation_positives_)
+        _log_resolution(est.validation_positives_, est.folds_)
     return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
                        params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,
                        dataset_fingerprint=ds.fingerprint, history=history)

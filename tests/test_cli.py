@@ -338,6 +338,9 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
     assert v_pos == round(0.1 * int((load_rows(train)[1] > 0).sum())) > 0
     assert f"{v_pos} validation positives resolve about {1 / v_pos:.4f}" in line
     assert ("(the runner-up is within it)" in line) == (winner["validation"] - runner["validation"] < 1 / v_pos)
+    # a holdout coarser than a point of the measure: the log points to K-fold selection
+    hint = "K-fold selection (validation_folds=5) would choose on every positive"
+    assert (hint in (out / "run.log").read_text()) == (v_pos < 100)
 
 
 def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
