@@ -29,7 +29,8 @@ from .solvers.psg import psg
 from .solvers.select import Selection
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
 
-__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks", "fit_fold", "map_folds_here"]
+__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks", "fit_fold",
+           "map_folds_here"]
 
 _ONLINE = ("1pmb", "2pmb", "ftrl")
 _DTYPES = [np.float64, np.float32]
