@@ -26,10 +26,10 @@ from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
 from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
-from .solvers.config import TrainConfig, mean_sq_norm
+from .solvers.config import FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
 from .solvers.measure import get_measure
-from .solvers.plan import rounds, schedule
+from .solvers.plan import holdout_sizes, rounds, schedule
 from .solvers.select import Selection
 from .solvers.sgd import drive
 
@@ -112,9 +112,11 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
         ``validation_fraction`` ...).  ``1pmb`` and ``2pmb`` stream out of
-        core (but K-fold selection, ``validation_folds > 1``, reads the rows
-        onto the driver); ``ftrl``, ``psg`` and ``cp`` are in-memory baselines
-        and load the whole dataset on the driver.
+        core, but K-fold selection (``validation_folds > 1``; by default
+        where a holdout would hold fewer than 100 positives and the rows
+        number at most ``validation_max_rows``) reads the rows onto the
+        driver; ``ftrl``, ``psg`` and ``cp`` are in-memory baselines and load
+        the whole dataset on the driver.
 
     Returns
     -------
@@ -126,7 +128,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     cfg = TrainConfig.from_params(standardize=standardize, **params)   # all checked before a cluster starts
     if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
         raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
-    if cfg.validation_folds > 1 and (validation is not None or n_chains > 1 or init_model is not None):
+    if cfg.validation_folds != "auto" and cfg.validation_folds > 1 and (
+            validation is not None or n_chains > 1 or init_model is not None):
         raise ValueError("validation_folds > 1 (K-fold selection) reads the data onto the driver and selects on "
                          "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
@@ -142,14 +145,19 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         # only a holdout needs the class counts; otherwise the footers' label statistics usually
         # show both classes without reading a row (else the label column is read)
         counts = None
-        in_memory = not cfg.streaming or cfg.validation_folds > 1
-        if not in_memory and validation is None and cfg.selects and cfg.validation_fraction > 0:
+        if cfg.streaming and validation is None and cfg.selects and cfg.validation_fraction > 0:
             counts = class_counts(c, ds)
         else:
             check_classes(c, ds)
+        folds = cfg.folds(*(counts or (0, 0)), holdout=counts is not None and n_chains == 1 and init_model is None)
+        if folds > 1 and cfg.validation_folds == "auto":
+            log.info("K-fold selection (validation_folds='auto'): a holdout of the %d rows would hold %d "
+                     "positives (fewer than %d), so %d folds choose on every positive",
+                     sum(counts), holdout_sizes(*counts, cfg.validation_fraction, cfg.validation_max_rows)[0],
+                     FEW_POSITIVES, folds)
         phases["class_check"] = time.perf_counter() - t
-        if in_memory:
-            model = _train_in_memory(c, cfg, ds)
+        if not cfg.streaming or folds > 1:
+            model = _train_in_memory(c, cfg.with_folds(folds), ds)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
@@ -157,7 +165,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                             checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
                             on_step=on_step, phases=phases,
                             storage_options=storage_options if checkpoint_options is None else checkpoint_options)
-    model.params.update(standardize=standardize, dtype=dtype, n_chains=n_chains)
+    model.params.update(standardize=standardize, dtype=dtype, n_chains=n_chains, validation_folds=cfg.validation_folds)
     return model
 
 
@@ -236,10 +244,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     state = SGDState.zeros(ds.n_features, M)
     start, offset, prior = 0, 0.0, []
     if init_model is not None:   # the raw-feature model, expressed on the (scaled) training features
-        w0 = init_model.coef if scaling is None else init_model.coef * scaling.scale
-        b0 = init_model.intercept + (0.0 if scaling is None else float(init_model.coef @ scaling.mean))
-        learn = np.asarray(cfg.population.learn_b)
-        state = SGDState(W=np.repeat(w0[:, None], M, axis=1), b=np.where(learn, b0, 0.0))
+        w0, b0 = init_model.coef, init_model.intercept
+        state = SGDState.at(*((w0, b0) if scaling is None else scaling.unfold(w0, b0)), cfg.population.learn_b)
     if ck is not None:
         start, state, prior, offset = ck.position, ck.state, [ck.stats], ck.elapsed
         if selecting and ck.selection is not None:
@@ -347,7 +353,8 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:
-        log.info("K-fold selection: %d rows read onto the driver, %d folds", X.shape[0], cfg.validation_folds)
+        log.info("K-fold selection: %d rows read onto the driver, %d fold fits as Dask tasks (not checkpointed: "
+                 "a fit lost with its worker is rerun)", X.shape[0], cfg.validation_folds)
     t0 = time.perf_counter()
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold))
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}

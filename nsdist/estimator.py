@@ -120,19 +120,21 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         "What the holdout resolves").
     validation_max_rows : int, default 200000
         Cap on the validation rows (both classes scaled down together).
-    validation_folds : int >= 1, default 1
+    validation_folds : "auto" or int >= 1, default "auto"
         ``K > 1``: K-fold selection instead of one holdout (:meth:`fit` on
         rows in memory, not ``partial_fit``; :func:`nsdist.train` reads the
-        rows onto the driver for it).  The
-        rows are split into ``K`` stratified folds by seed and row position;
-        the population trains ``K`` times, each time on the rows outside one
-        fold and checked on that fold; the candidate with the best mean
-        validation value wins and the model is the mean of its ``K`` fold
-        models (a ranking model's intercept and F1's threshold then placed on
-        every row).  Every positive then takes part in the choice, not
-        ``validation_fraction`` of them, for about ``K`` times the fit's cost:
-        for data with few positives (docs/solvers.md §Selection, "K-fold
-        selection").
+        rows onto the driver for it).  The rows are split into ``K``
+        stratified folds by seed and row position; the population trains
+        ``K`` times, each time on the rows outside one fold and checked on
+        that fold; the candidate with the best mean validation value wins and
+        the model is the mean of its ``K`` fold models (a ranking model's
+        intercept and F1's threshold then placed on every row).  Every
+        positive then takes part in the choice, not ``validation_fraction``
+        of them, for about ``K`` times the fit's cost.  ``"auto"``: 5 folds
+        where the holdout would hold fewer than 100 positives (one positive
+        would weigh more than a point of the measure) and the rows number at
+        most ``validation_max_rows``; else one holdout (``folds_`` says which;
+        docs/solvers.md §Selection, "K-fold selection").  1: always the holdout.
     n_iter_no_change : int >= 1, default 5
         Early stopping: the stochastic candidates stop when their best validation
         value gained less than one validation positive's worth (``1 / v+``, at
@@ -159,7 +161,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_curve_ : list of dict
         Per check: rows seen, steps, the best validation value, live candidates.
     folds_ : int or None
-        ``K`` of a K-fold selection (``validation_folds > 1``), else None.  Then
+        ``K`` of a K-fold selection (``validation_folds`` ``K > 1``, or ``"auto"`` resolved to it), else None.  Then
         ``selection_`` gives each candidate's mean validation value over the
         folds (and each fold's under ``"folds"``), ``validation_curve_`` and
         ``history_`` the folds' one after the other, ``n_iter_`` their passes
@@ -181,7 +183,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                  n_passes: int | None = None, max_passes: int | None = None, max_iter: int = 200,
                  tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
                  standardize: bool = True, validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
-                 validation_folds: int = 1, n_iter_no_change: int = 5, random_state: int = 0) -> None:
+                 validation_folds: int | str = "auto", n_iter_no_change: int = 5, random_state: int = 0) -> None:
         self.measure = measure
         self.beta = beta
         self.k = k
@@ -282,8 +284,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._rows, self._next_block = X.shape[0], 1
         self.selection_, self.validation_curve_, self.validation_positives_ = None, [], 0
         self.folds_ = None
-        if self._folds(cfg, validation) > 1:
-            return self._fit_folds(cfg, X, y, map_folds)
+        k = self._folds(cfg, y, validation)
+        if k > 1:
+            return self._fit_folds(cfg.with_folds(k), X, y, map_folds)
         if cfg.streaming:
             return self._fit_stream(cfg, X, y, validation)
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -404,11 +407,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     @staticmethod
-    def _folds(cfg: TrainConfig, validation) -> int:
-        """``validation_folds`` (checked by the configuration), given validation rows or not."""
-        if cfg.validation_folds > 1 and validation is not None:
+    def _folds(cfg: TrainConfig, y: np.ndarray, validation) -> int:
+        """``validation_folds`` resolved (:meth:`TrainConfig.folds`), given validation rows or not."""
+        if cfg.validation_folds != "auto" and cfg.validation_folds > 1 and validation is not None:
             raise ValueError("give X_val, y_val or validation_folds > 1, not both")
-        return cfg.validation_folds
+        n_pos = int(np.count_nonzero(y > 0))
+        return cfg.folds(n_pos, y.shape[0] - n_pos, holdout=validation is None)
 
     def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray, map_folds=None) -> "NonDecomposableClassifier":
         """K-fold selection (``validation_folds``; docs/solvers.md §Selection): the population on each fold's
@@ -501,6 +505,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         the best snapshot so far.  The settings (the candidates, an int ``k``'s
         fraction ...) are those of the first call.
 
+        After a :meth:`fit` that selected by K-fold selection (``folds_``),
+        there is no population to continue: the calls start a new stream at
+        the fitted model (every candidate's ``w_0``, as ``nsdist.train``'s
+        ``init_model`` warm start), scaled by this block's moments.
+
         Parameters
         ----------
         X, y :
@@ -509,15 +518,15 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             Both labels; needed on the first call if that block has one class.
         """
         first = not hasattr(self, "_state") and not hasattr(self, "_ftrl")
-        if self.validation_folds != 1 or getattr(self, "folds_", None):
+        if self.validation_folds not in ("auto", 1):
             raise ValueError("partial_fit trains one population on a stream; K-fold selection "
-                             "(validation_folds > 1) is fit's, and its model cannot be continued")
+                             "(validation_folds > 1) is fit's")
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr", reset=first)
         if first:
             self._set_classes(np.asarray(classes) if classes is not None else y)
         y = self._encode(y)
-        if first:
-            self._start_partial(X, y)
+        if first or getattr(self, "folds_", None):    # a K-fold model: a new stream starts at it
+            self._start_partial(X, y, init=None if first else (self.coef_.ravel(), float(self.intercept_[0])))
         if self._scaling is not None:
             X = self._scaling.apply(X.copy())
         cfg = self.config_
@@ -534,11 +543,13 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._set_model(w, b)
         return self
 
-    def _start_partial(self, X, y: np.ndarray) -> None:
+    def _start_partial(self, X, y: np.ndarray, init: tuple[np.ndarray, float] | None = None) -> None:
+        """The first ``partial_fit`` block: the resolved configuration and the state, at ``w = 0`` or at the
+        raw-feature model ``init``."""
         cfg = self.config()
         self._rows, self._next_block, self.n_iter_, self.history_ = 0, 0, 0, History()
         self.selection_, self.validation_curve_, self._validation, self._scaling = None, [], None, None
-        self.validation_positives_ = 0
+        self.validation_positives_, self.folds_ = 0, None
         self._scaling = cfg.scaling_for(X)          # moments of the first block
         if cfg.solver == "ftrl":
             self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0])
@@ -559,7 +570,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.config_ = cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - n_val, mean_sq_norm=norm,
                                          n_validation=n_val, whole_passes=False)
         self.eta_ = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]
-        self._state = SGDState.zeros(X.shape[1], len(cfg.candidates))
+        self._state = SGDState.zeros(X.shape[1], len(cfg.candidates)) if init is None else SGDState.at(
+            *(init if self._scaling is None else self._scaling.unfold(*init)), cfg.population.learn_b)
         self._selection = Selection.start(X.shape[1], len(cfg.candidates)) if cfg.selects else None
         if cfg.solver == "2pmb":
             self._reservoir = Reservoir.empty(rare_label(y), cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X))

@@ -140,8 +140,10 @@ class SolverSpec(_Section):
     validation_fraction: float | None = Field(None, ge=0, lt=1,
                                               description="fraction held out to choose eta/surrogate/passes")
     validation_max_rows: int | None = Field(None, ge=2, description="cap on the held-out validation rows")
-    validation_folds: int | None = Field(None, ge=1, description="K > 1: K-fold selection on the driver (data with "
-                                         "few positives; about K times the fit)")
+    validation_folds: Union[Annotated[int, Field(ge=1)], Literal["auto"], None] = Field(
+        None, description="K > 1: K-fold selection on the driver, about K times the fit; 1: one holdout; "
+                          "auto: 5 folds where a holdout would hold < 100 positives and the rows fit the "
+                          "validation cap (unset: auto)")
     n_iter_no_change: int | None = Field(None, ge=1, description="early stopping: checks over which the validation "
                                          "measure must gain 1/v+ (one validation positive's worth) to go on")
     radius: float | None = Field(None, gt=0, description="L2 ball radius of the projection")

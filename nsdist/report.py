@@ -35,7 +35,7 @@ from .solvers.measure import MEASURES, RESULT_KEYS, all_measures
 from .data.fs import atomic_write_bytes, read_bytes, redact_job, scrub
 
 __all__ = ["RunDir", "RunLog", "MEASURE_KEYS", "measure_label", "measures_table", "measures_of", "curve_png",
-           "to_json"]
+           "folds_curve_png", "to_json"]
 
 #: the key of each measure in :func:`nsdist.evaluate`'s result (the measure table's)
 MEASURE_KEYS = RESULT_KEYS
@@ -129,6 +129,50 @@ def curve_png(history: dict, *, measure: str, title: str) -> bytes:
         axis.grid(alpha=0.3)
         for start in pass_starts:
             axis.axvline(start, color="0.6", linestyle=":", linewidth=1)
+    return _png(fig, title, data)
+
+
+def folds_curve_png(history: dict, *, measure: str, title: str) -> bytes:
+    """The learning curve of a K-fold selection (``history["folds"]``) as PNG bytes.
+
+    No partition streams, so there is no curve on the evaluation data: top
+    panel, each fold's best validation measure so far (over the live
+    candidates) against its training steps; bottom panel, the candidates
+    still alive (successive halving, early stopping).  The plotted points are
+    stored in the PNG's ``nsdist-curve`` text chunk as JSON (``fold``,
+    ``epoch``, ``best``, ``alive``).
+
+    Parameters
+    ----------
+    history : dict
+        ``LinearModel.history`` with ``folds`` and the folds' ``validation_curve``.
+    measure : str
+        Axis label of the measure.
+    title : str
+    """
+    from matplotlib.figure import Figure
+
+    curve = history["validation_curve"]
+    data = {key: [p[key] for p in curve] for key in ("fold", "epoch", "best", "alive")}
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    for f in range(history["folds"]):
+        points = [p for p in curve if p["fold"] == f]
+        epochs = [p["epoch"] for p in points]
+        top.plot(epochs, [p["best"] for p in points], marker=".", color=f"C{f}", label=f"fold {f + 1}")
+        bottom.plot(epochs, [p["alive"] for p in points], marker=".", color=f"C{f}")
+    top.set_ylabel(measure)
+    top.set_title(title)
+    top.legend(loc="lower right")
+    bottom.set_ylabel("live candidates")
+    bottom.set_xlabel("training steps (epochs)")
+    for axis in (top, bottom):
+        axis.grid(alpha=0.3)
+    return _png(fig, title, data)
+
+
+def _png(fig, title: str, data: dict) -> bytes:
+    """``fig`` as PNG bytes, its plotted ``data`` in the ``nsdist-curve`` text chunk."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100,
                 metadata={"Title": title, "Software": f"nsdist {__version__}",

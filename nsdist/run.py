@@ -22,7 +22,7 @@ from ._validation import ceil9
 from .jobs import DatasetSpec, TrainJob
 from .data.fs import atomic_write_bytes, resolve
 from .model import LinearModel
-from .report import MEASURE_KEYS, RunDir, RunLog, curve_png, measure_label
+from .report import MEASURE_KEYS, RunDir, RunLog, curve_png, folds_curve_png, measure_label
 
 if TYPE_CHECKING:  # importing them loads Dask, which reads its logging settings (see cli._setup_logging)
     from .data import Dataset
@@ -291,9 +291,13 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
                           checkpoint_seconds=job.output.checkpoint_seconds, resume=resume,
                           on_step=on_step, **train_options(job))
     h = model.history
-    log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
-             h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),
-             h.get("passes"), h.get("rows_per_second") or 0.0, h.get("final_loss") or math.nan)
+    if h.get("epochs") is None:       # an in-memory fit (K-fold selection, FTRL, PSG, CP): no partition chain
+        log.info("trained in %.1f s: %s rows in memory on the driver%s", h.get("seconds", 0.0), h.get("rows_seen"),
+                 f", {h['folds']} fold fits as Dask tasks" if h.get("folds") else "")
+    else:
+        log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
+                 h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),
+                 h.get("passes"), h.get("rows_per_second") or 0.0, h.get("final_loss") or math.nan)
     return model
 
 
@@ -363,16 +367,19 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
         log.info("selection: %s", selection_summary(h["selection"], h.get("validation_positives")))
     run.write_json("metrics.json", metrics)
     log.info("metrics on the %s data: %s", role, ", ".join(f"{k}={measures[k]:.4f}" for k in MEASURE_KEYS.values()))
+    label = measure_label(key, beta=measures["beta"], k=measures["k"])
+    title = (f"{os.path.basename(run.url)}: {model.params['solver'].upper()} for {label}, "
+             f"{train.num_rows:,} training rows")
     if h.get("curve"):
-        label = measure_label(key, beta=measures["beta"], k=measures["k"])
-        title = (f"{os.path.basename(run.url)}: {model.params['solver'].upper()} for {label}, "
-                 f"{train.num_rows:,} training rows")
         run.write_bytes("learning_curve.png", curve_png(h, measure=f"{label} on the {role} data", title=title))
         log.info("learning curve: %s (%d points)", run.path("learning_curve.png"), len(h["curve"]))
+    elif h.get("folds"):
+        run.write_bytes("learning_curve.png", folds_curve_png(
+            h, measure=f"best {label} on the fold's validation rows", title=f"{title}, {h['folds']}-fold selection"))
+        log.info("learning curve: %s (K-fold selection streams no partitions: each fold's validation measure, "
+                 "%d checks)", run.path("learning_curve.png"), len(h["validation_curve"]))
     else:
-        log.info("no learning curve: %s does not stream partitions",
-                 "K-fold selection" if (model.params.get("validation_folds") or 1) > 1
-                 else f"the {model.params['solver']} solver")
+        log.info("no learning curve: the %s solver does not stream partitions", model.params["solver"])
     return metrics
 
 

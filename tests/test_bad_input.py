@@ -416,7 +416,8 @@ def test_a_model_carrying_a_pickle_is_refused_unopened(model, tmp_path, reliabil
 def test_models_and_checkpoints_are_plain_data(good, rows, cluster, tmp_path, reliability):
     """What a job writes loads without pickle: the weights with ``allow_pickle=False``, the rest as JSON."""
     ckpt = tmp_path / "checkpoint.json"
-    trained = train(good, client=cluster, solver="2pmb", checkpoint=str(ckpt), checkpoint_every=1, **TRAIN)
+    trained = train(good, client=cluster, solver="2pmb", checkpoint=str(ckpt), checkpoint_every=1,
+                    validation_folds=1, **TRAIN)                    # streamed: one holdout
     trained.save(str(tmp_path / "model"))
     meta = json.loads((tmp_path / "model" / "model.json").read_text())
     vec = np.load(tmp_path / "model" / meta["weights"]["file"], allow_pickle=False)

@@ -249,7 +249,7 @@ def test_resume_mid_pass_with_the_full_batch_candidate_gives_the_identical_model
     X, y = ill_conditioned(n=6000)
     url = write_parquet(tmp_path / "ck", X, y, rows_per_file=1000)       # 6 partitions: a pass is 6 steps
     ckpt, snapshot = tmp_path / "ckpt.json", tmp_path / "mid.json"
-    params = dict(measure="pauc", random_state=4)
+    params = dict(measure="pauc", random_state=4, validation_folds=1)          # streamed: one holdout
     full = train(url, client=cluster, **params)
     if gather_bytes is not None:
         monkeypatch.setattr(chain, "GATHER_BYTES", gather_bytes)

@@ -72,7 +72,8 @@ def run(tmp_path_factory, env):
     steps = {"ingest": nsdist("ingest", LETTER, data, "--format", "csv", "--label-column", 0, "--positive", "N",
                               "--rows-per-partition", 1000, env=env)}
     steps["train"] = nsdist("train", data, "--measure", "pauc", "--beta", 0.1, "--solver", "2pmb",
-                            "--n-passes", 2, "--holdout", 0.3, "--checkpoint-every", 5, "--out", out, env=env)
+                            "--n-passes", 2, "--holdout", 0.3, "--checkpoint-every", 5, "--out", out,
+                            "--set", "solver.validation_folds=1", env=env)      # streamed: one holdout
     steps["evaluate"] = nsdist("evaluate", out, data, "--out", tmp / "eval.json", env=env)
     X, y = load_rows(Dataset.open(data), 700)
     frame = pd.DataFrame(X, columns=[f"col{j}" for j in range(1, 17)])
@@ -332,15 +333,19 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
     line = next(l for l in proc.stdout.splitlines() if l.startswith("selected "))
     assert line.startswith(f"selected {winner['name']} (validation {winner['validation']:.4f}")
     assert f"runner-up {runner['name']} ({runner['validation']:.4f})" in line
-    # what the holdout resolves: 10% (validation_fraction) of the positives of the training partitions
+    # what the selection resolves: a 10% holdout would hold 55 positives, so "auto" chose on every one (5 folds)
     v_pos = sel["validation_positives"]
     train, _ = holdout_split(Dataset.open(str(run["data"])), 0.3)
-    assert v_pos == round(0.1 * int((load_rows(train)[1] > 0).sum())) > 0
+    assert v_pos == int((load_rows(train)[1] > 0).sum()) and round(0.1 * v_pos) < 100
+    assert all(len(c["folds"]) == 5 for c in sel["candidates"])
     assert f"{v_pos} validation positives resolve about {1 / v_pos:.4f}" in line
     assert ("(the runner-up is within it)" in line) == (winner["validation"] - runner["validation"] < 1 / v_pos)
-    # a holdout coarser than a point of the measure: the log points to K-fold selection
+    # the log says why: a holdout coarser than a point of the measure; a streamed holdout's log points to K-fold
+    log = (out / "run.log").read_text()
+    assert (f"K-fold selection (validation_folds='auto'): a holdout of the 14000 rows would "
+            f"hold {round(0.1 * v_pos)} positives (fewer than 100), so 5 folds choose on every positive") in log
     hint = "K-fold selection (validation_folds=5) would choose on every positive"
-    assert (hint in (out / "run.log").read_text()) == (v_pos < 100)
+    assert hint not in log and hint in (run["out"] / "run.log").read_text()      # streamed, 55 holdout positives
 
 
 def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
@@ -357,7 +362,12 @@ def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
     train, _ = holdout_split(Dataset.open(str(run["data"])), 0.3)
     assert sel["validation_positives"] == int((load_rows(train)[1] > 0).sum())
     assert f"selected {winner['name']} (validation {winner['validation']:.4f}" in proc.stdout
-    assert "K-fold selection does not stream partitions" in (out / "run.log").read_text()
+    # the learning curve: each fold's best validation measure against its steps (no partition streams)
+    assert "K-fold selection streams no partitions" in (out / "run.log").read_text()
+    plotted = json.loads(Image.open(out / "learning_curve.png").text["nsdist-curve"])
+    assert sorted(set(plotted["fold"])) == [0, 1, 2]
+    assert plotted["best"] == [p["best"] for p in sel["validation_curve"]]
+    assert plotted["epoch"] == [p["epoch"] for p in sel["validation_curve"]]
 
 
 def test_selection_summary_says_whether_the_runner_up_is_within_the_holdouts_resolution():

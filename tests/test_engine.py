@@ -162,19 +162,26 @@ def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
 
 
+@pytest.mark.parametrize("folds", ["auto", 1])
 @pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
-def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path, letter, measure):
-    """Defaults (holdout, population, halving, early stopping, plug-in F1): the same model bit for bit."""
+def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path, letter, measure, folds):
+    """Defaults (population, halving, early stopping, plug-in F1; on these 6000 rows with 23 holdout positives
+    "auto" selects by 5-fold selection) and one holdout streamed: the same model bit for bit."""
     X, y = letter[0][:6000], letter[1][:6000]
     url = write_parquet(tmp_path / measure, X, y, rows_per_file=6000)
-    model = train(url, client=cluster, measure=measure, random_state=5)       # the defaults everywhere
-    est = nsdist.NonDecomposableClassifier(measure, random_state=5).fit(X, y)
+    kw = {} if folds == "auto" else {"validation_folds": folds}
+    model = train(url, client=cluster, measure=measure, random_state=5, **kw)       # the defaults everywhere
+    est = nsdist.NonDecomposableClassifier(measure, random_state=5, **kw).fit(X, y)
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(est.intercept_[0])
     selected = [r["name"] for r in est.selection_ if r["selected"]]
     assert model.history["selected"] == selected[0]
     assert [r["validation"] for r in model.history["selection"]] == [r["validation"] for r in est.selection_]
-    assert model.history["validation_rows"] == est._validation[0].shape[0]
+    if folds == "auto":
+        assert est.folds_ == model.history["folds"] == 5 and model.params["validation_folds"] == "auto"
+        assert model.history["validation_positives"] == int(np.count_nonzero(y > 0))
+    else:
+        assert est.folds_ is None and model.history["validation_rows"] == est._validation[0].shape[0]
 
 
 def _scheduler_transitions(dask_scheduler, prefix: str, since: float) -> list[tuple]:
@@ -318,7 +325,7 @@ def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter,
     X, y = letter
     url = write_parquet(tmp_path / "ck", X, y, rows_per_file=2000)      # 10 partitions
     ckpt = tmp_path / "ckpt.json"
-    params = dict(measure="pauc", solver="2pmb", n_passes=2, random_state=2)
+    params = dict(measure="pauc", solver="2pmb", n_passes=2, random_state=2, validation_folds=1)    # streamed
     full = train(url, client=cluster, **params)
     if gather_bytes is not None:
         monkeypatch.setattr(chain, "GATHER_BYTES", gather_bytes)

@@ -161,7 +161,7 @@ def test_partial_fit_equals_fit_on_the_concatenated_blocks(measure):
 
 def test_partial_fit_continues_fit_and_needs_classes_for_a_one_class_block():
     X, y = make_data()
-    est = NonDecomposableClassifier(buffer_size=100).fit(X, y)
+    est = NonDecomposableClassifier(buffer_size=100, validation_folds=1).fit(X, y)
     epochs = est._state.epoch
     est.partial_fit(X[:200], y[:200])
     assert est._state.epoch == epochs + 2
@@ -172,6 +172,27 @@ def test_partial_fit_continues_fit_and_needs_classes_for_a_one_class_block():
     est.partial_fit(X[neg][:50], y[neg][:50], classes=[0, 1])      # the positives are rare: +1
     est.partial_fit(X, y)
     assert est._reservoir.label == 1 and est._reservoir.X.shape[0] == 20
+
+
+def test_partial_fit_after_a_k_fold_fit_starts_a_stream_at_its_model():
+    """No population to continue after K-fold selection: every candidate starts at the fitted model, expressed on
+    the block's scaled features (nsdist.train's init_model rule), and the calls after it continue that stream."""
+    X, y = make_data()
+    est = NonDecomposableClassifier("prbep", buffer_size=100).fit(X, y)
+    assert est.folds_ == 5 and est._state is None
+    coef, intercept = est.coef_.ravel().copy(), float(est.intercept_[0])
+    neg = np.flatnonzero(y == 0)[:300]
+    est.partial_fit(X[neg], y[neg])                # one class: every epoch skipped, the state stays at w_0
+    assert est.folds_ is None and est._state.epoch == 0 and est._state.skipped == 3     # 270 training rows
+    mean, sd = X[neg].mean(axis=0), X[neg].std(axis=0)
+    w0 = coef * sd                                  # the raw model on the block's standardised features
+    np.testing.assert_allclose(est._state.W, np.repeat(w0[:, None], est._state.W.shape[1], axis=1), rtol=1e-12)
+    learn = np.asarray(est.config_.population.learn_b)
+    np.testing.assert_allclose(est._state.b[learn], intercept + coef @ mean, rtol=1e-12)
+    assert np.all(est._state.b[~learn] == 0.0)
+    epochs = est._state.epoch
+    est.partial_fit(X[:200], y[:200])               # then the stream goes on from there
+    assert est._state.epoch == epochs + 2
 
 
 def test_partial_fit_plays_one_ftrl_round_per_call():
@@ -232,9 +253,11 @@ def test_ranking_models_predict_at_their_cut_and_int_k_trains_on_a_fraction():
     X, y = make_data()
     val = Holdout.draw(np.where(y == 1, 1, -1), np.arange(800), 0, 0.1, 200_000).mask(np.where(y == 1, 1, -1),
                                                                                       np.arange(800))
-    est = NonDecomposableClassifier("prbep").fit(X, y)             # the cut is placed on the validation rows
+    est = NonDecomposableClassifier("prbep", validation_folds=1).fit(X, y)   # the cut: on the validation rows
     assert np.count_nonzero(est.predict(X[val])) == np.count_nonzero(y[val])
-    est = NonDecomposableClassifier("prec@k", k=40).fit(X, y)
+    est = NonDecomposableClassifier("prbep").fit(X, y)             # 5-fold selection: the cut on every row
+    assert est.folds_ == 5 and np.count_nonzero(est.predict(X)) == np.count_nonzero(y)
+    est = NonDecomposableClassifier("prec@k", k=40, validation_folds=1).fit(X, y)
     assert est.config_.train_k == 40 / 800
     assert np.count_nonzero(est.predict(X[val])) == int(np.ceil(40 / 800 * val.sum()))
     est = NonDecomposableClassifier("prbep", eta=0.5, n_passes=2).fit(X, y)   # no holdout: the training rows

@@ -73,7 +73,7 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
     (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start."""
     import nsdist.engine.chain as chain
 
-    params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7)
+    params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7, validation_folds=1)   # streamed
     with dask_processes(3) as cluster, cluster.client() as client:
         reference = train(letter_20, client=client, **params)
         if gather_bytes is not None:
@@ -98,7 +98,7 @@ def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, 
     """All workers are SIGKILLed at four points of a 2PMB run (their nannies restart them): each
     time every result and the scattered reservoir are lost, the chain redoes the step from the last
     gathered model — more often in one job than ``max_restarts`` (which bounds retries of one step)."""
-    params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=3)
+    params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=3, validation_folds=1)
     with dask_processes(2, nanny=True) as cluster, cluster.client() as client:
         reference = train(letter_20, client=client, **params)
         killed: list[int] = []
@@ -138,7 +138,7 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
 
 
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 4, "--random-state", 5, "--checkpoint-every", 1,
-         "--no-progress"]
+         "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 
 
 @pytest.fixture(scope="module")

@@ -202,7 +202,8 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
     job = secrets / "letter-s3.yaml"
     job.write_text(yaml.safe_dump({
         "dataset": {"url": s3.url("letter"), "holdout": 0.3},
-        "measure": {"name": "pauc", "beta": 0.1}, "solver": {"name": "2pmb", "n_passes": 1, "random_state": 0},
+        "measure": {"name": "pauc", "beta": 0.1}, "solver": {"name": "2pmb", "n_passes": 1, "random_state": 0,
+                                                             "validation_folds": 1},
         "cluster": {"n_workers": 1}, "output": {"dir": s3.url("runs/embedded")}, "storage_options": s3.options}))
     nsdist("train", job, "--no-progress")
     fs = s3.filesystem()
@@ -231,7 +232,7 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
 
 
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
-         "--no-progress"]
+         "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 
 
 def test_killed_run_resumes_from_its_s3_checkpoint_to_the_identical_model(s3, cluster, opts):

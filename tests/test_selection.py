@@ -43,7 +43,7 @@ def test_the_selected_f1_model_takes_the_f1_optimal_threshold_on_every_training_
     """The winner is chosen on the validation rows; its threshold is then the F1-optimal one on all the rows
     it was given (brute force over every cut of the sorted scores), not only the validation rows'."""
     X, y = make_data(n=2500, seed=3)
-    est = NonDecomposableClassifier("f1", random_state=1).fit(X, y)
+    est = NonDecomposableClassifier("f1", random_state=1, validation_folds=1).fit(X, y)
     s = X @ est.coef_.ravel()
     yy = np.where(y > 0, 1, -1)
     best = max(_f1(yy, s > u) for u in np.append(np.unique(s), s.min() - 1))
@@ -102,7 +102,8 @@ def test_validation_rows_are_never_trained_on():
     marker[np.flatnonzero(val)[:3]] = 1e3                            # a feature only validation rows have
     Xm = np.hstack([X, marker])
     for measure in ("pauc", "f1"):
-        est = NonDecomposableClassifier(measure, random_state=0, standardize=False).fit(Xm, np.where(y > 0, 1, 0))
+        est = NonDecomposableClassifier(measure, random_state=0, standardize=False, validation_folds=1).fit(
+            Xm, np.where(y > 0, 1, 0))
         assert np.all(est._state.W[-1] == 0) and np.all(est._state.W_sum[-1] == 0)
         assert est.coef_[0, -1] == 0.0
     # trained on, the marker moves the weights
@@ -116,8 +117,10 @@ def test_validation_positives_are_those_the_selection_scored_on():
     rows the selection scored: 10% of the positives held out, the given validation rows', none without one."""
     X, y = make_data()
     n_pos = int(np.count_nonzero(y > 0))
-    est = NonDecomposableClassifier("pauc", random_state=0).fit(X, y)
+    est = NonDecomposableClassifier("pauc", random_state=0, validation_folds=1).fit(X, y)
     assert est.validation_positives_ == max(1, round(0.1 * n_pos))
+    est = NonDecomposableClassifier("pauc", random_state=0).fit(X, y)     # "auto": 5 folds, every positive
+    assert round(0.1 * n_pos) < 100 and est.folds_ == 5 and est.validation_positives_ == n_pos
     Xv, yv = X[:300], y[:300]
     est = NonDecomposableClassifier("prbep", random_state=0).fit(X[300:], y[300:], Xv, yv)
     assert est.validation_positives_ == int(np.count_nonzero(yv > 0)) > 0
@@ -128,8 +131,8 @@ def test_validation_positives_are_those_the_selection_scored_on():
 # ------------------------------------------------------------------- selection
 def test_selection_is_deterministic_and_reports_every_candidate():
     X, y = make_data()
-    a = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
-    b = NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
+    a = NonDecomposableClassifier("prbep", random_state=3, validation_folds=1).fit(X, y)
+    b = NonDecomposableClassifier("prbep", random_state=3, validation_folds=1).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
     assert a.intercept_ == b.intercept_ and a.selection_ == b.selection_
     # (prbep, auc/sq. hinge, pauc/hinge, pauc/sigmoid, logloss x 2) x 5, and the full-batch logloss/lbfgs
@@ -266,11 +269,12 @@ def test_standardize_is_the_selection_on_rows_scaled_by_every_rows_moments():
     X, y = make_data()
     raw = X * np.array([1e-3, 1.0, 30.0, 1e3, 0.5, 2.0, 7.0, 1e2]) + 5.0
     raw = np.hstack([raw, np.full((raw.shape[0], 1), -0.0023)])     # a constant column: left unscaled
-    est = NonDecomposableClassifier("pauc", random_state=2).fit(raw, y)
+    est = NonDecomposableClassifier("pauc", random_state=2, validation_folds=1).fit(raw, y)
     from nsdist.solvers.scaling import scaling_from_rows
     scaling = scaling_from_rows(raw)
     assert scaling.scale[-1] == 1.0
-    manual = NonDecomposableClassifier("pauc", random_state=2, standardize=False).fit(scaling.apply(raw.copy()), y)
+    manual = NonDecomposableClassifier("pauc", random_state=2, standardize=False, validation_folds=1).fit(
+        scaling.apply(raw.copy()), y)
     w, b = scaling.fold(manual.coef_.ravel(), float(manual.intercept_[0]))
     np.testing.assert_array_equal(est.coef_.ravel(), w)
     assert float(est.intercept_[0]) == b
@@ -297,7 +301,7 @@ def test_the_candidates_whose_loss_sees_the_scores_level_learn_an_intercept_the_
         assert not any(c.learn_b for c in off.candidates)
     # trained: the logloss candidates' intercepts go to the (negative) log-odds side of 8% positives
     X, y = make_data(n=3000, pos=0.08)
-    est = NonDecomposableClassifier("pauc", random_state=0, n_passes=3).fit(X, y)
+    est = NonDecomposableClassifier("pauc", random_state=0, n_passes=3, validation_folds=1).fit(X, y)
     st_ = est._state
     logloss = [j for j, c in enumerate(est.config_.candidates) if c.loss.name == "logloss"]
     pairwise = [j for j, c in enumerate(est.config_.candidates) if c.loss.shift_invariant]
@@ -409,8 +413,9 @@ def test_k_fold_selection_of_one_candidate_averages_its_fold_models():
 
 
 @pytest.mark.parametrize("params, fit_kw, message", [
-    (dict(validation_folds=0), {}, "validation_folds must be an int >= 1"),
-    (dict(validation_folds=2.5), {}, "validation_folds must be an int >= 1"),
+    (dict(validation_folds=0), {}, "validation_folds must be 'auto' or an int >= 1"),
+    (dict(validation_folds=2.5), {}, "validation_folds must be 'auto' or an int >= 1"),
+    (dict(validation_folds="5"), {}, "validation_folds must be 'auto' or an int >= 1"),
     (dict(validation_folds=3, solver="cp"), {}, "needs solver '1pmb' or '2pmb'"),
     (dict(validation_folds=3, eta=0.1, n_passes=2), {}, "eta or n_passes left unset"),
     (dict(validation_folds=3), {"val": True}, "not both"),
@@ -423,10 +428,33 @@ def test_k_fold_selection_rejects_what_it_cannot_do(params, fit_kw, message):
         NonDecomposableClassifier("pauc", **params).fit(*args)
 
 
-def test_a_k_fold_model_is_not_continued_by_partial_fit():
+def test_auto_folds_take_k_fold_selection_exactly_where_a_holdout_would_hold_under_100_positives():
+    """``validation_folds="auto"``: 5 folds where the 10% holdout would hold < 100 positives, the rows fit the
+    validation cap and each fold gets a positive; one holdout otherwise, or where no holdout would be drawn."""
+    auto = TrainConfig.from_params(measure="prbep")
+    assert auto.validation_folds == "auto"
+    assert holdout_sizes(994, 50_000, 0.1, 200_000)[0] == 99 and auto.folds(994, 50_000) == 5
+    assert holdout_sizes(995, 50_000, 0.1, 200_000)[0] == 100 and auto.folds(995, 50_000) == 1
+    assert auto.folds(5, 1000) == 5 and auto.folds(4, 1000) == 1             # a positive in every fold
+    assert auto.folds(50, 199_950) == 5 and auto.folds(50, 199_951) == 1      # rows <= validation_max_rows
+    assert TrainConfig.from_params(measure="prbep", validation_max_rows=1000).folds(50, 1000) == 1
+    assert auto.folds(50, 1000, holdout=False) == 1                          # validation rows given, ...
+    assert TrainConfig.from_params(measure="prbep", validation_fraction=0.0).folds(50, 1000) == 1
+    assert TrainConfig.from_params(measure="prbep", eta=0.1, n_passes=2).folds(50, 1000) == 1   # no selection
+    assert TrainConfig.from_params(measure="prbep", solver="ftrl").folds(50, 1000) == 1
+    assert TrainConfig.from_params(measure="prbep", validation_folds=1).folds(50, 1000) == 1
+    assert TrainConfig.from_params(measure="prbep", validation_folds=3).folds(5000, 10_000) == 3
+    # the estimator resolves it from its training rows' class counts, and says which it took
+    X, y = make_data(n=600)
+    assert NonDecomposableClassifier("pauc").fit(X, y).folds_ == 5
+    assert NonDecomposableClassifier("pauc").fit(X[100:], y[100:], X[:100], y[:100]).folds_ is None
+    assert NonDecomposableClassifier("pauc", validation_max_rows=500).fit(X, y).folds_ is None
+
+
+def test_partial_fit_refuses_an_explicit_k_fold_selection():
     X, y = make_data(n=600)
     est = NonDecomposableClassifier("pauc", validation_folds=2).fit(X, y)
-    with pytest.raises(ValueError, match="cannot be continued"):
+    with pytest.raises(ValueError, match="K-fold selection .* is fit's"):
         est.partial_fit(X, y)
-    with pytest.raises(ValueError, match="cannot be continued"):
+    with pytest.raises(ValueError, match="K-fold selection .* is fit's"):
         NonDecomposableClassifier("pauc", validation_folds=2).partial_fit(X, y)

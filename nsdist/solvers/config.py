@@ -26,6 +26,10 @@ population trained together (``docs/solvers.md`` §Selection):
 * ``eta`` unset and whole passes (``fit``, the engine; not ``partial_fit``):
   also the full-batch candidates :data:`FULL_BATCH` (L-BFGS, one gradient a
   pass, :mod:`nsdist.solvers.batch`), which need no step size.
+
+**Folds.**  ``validation_folds="auto"`` selects on one holdout, or by K-fold
+selection where a holdout would resolve less than a point of the measure
+(:meth:`TrainConfig.folds`).
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 from .kernel import Population
 from .measure import get_measure, make_loss
+from .plan import holdout_sizes
 from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
@@ -82,6 +87,10 @@ MAX_STEPS, CHECK_STEPS = 20_000, 50
 #: product where a training row costs two products and a surrogate, so checks cost about a tenth
 #: of the training between them (and at least ``CHECK_STEPS`` buffers apart)
 CHECK_VALIDATION = 5
+#: ``validation_folds="auto"``: ``AUTO_FOLDS``-fold selection (scikit-learn's default ``cv``) when the
+#: holdout would hold fewer than ``FEW_POSITIVES`` positives -- then one validation positive weighs more
+#: than a point of the measure, and which candidate wins is partly luck (docs/solvers.md §Selection)
+AUTO_FOLDS, FEW_POSITIVES = 5, 100
 #: the least gain of the validation measure over ``n_iter_no_change`` checks that keeps training going
 #: (with fewer than 10^4 validation positives the gain must be one positive's worth, ``1 / v+``)
 MIN_DELTA = 1e-4
@@ -91,7 +100,7 @@ DEFAULTS: dict[str, Any] = dict(
     measure="pauc", beta=0.1, k=None, surrogate=None, solver="1pmb", buffer_size=500, eta=None,
     radius=None, alpha=1e-4, n_passes=None, max_passes=None, max_iter=200, tol=1e-3, average=True,
     shuffle=True, fit_intercept=True, standardize=True, validation_fraction=0.1, validation_max_rows=200_000,
-    validation_folds=1, n_iter_no_change=5, random_state=0,
+    validation_folds="auto", n_iter_no_change=5, random_state=0,
 )
 
 
@@ -207,7 +216,7 @@ class TrainConfig:
     standardize: bool = True
     validation_fraction: float = 0.1
     validation_max_rows: int = 200_000
-    validation_folds: int = 1
+    validation_folds: int | str = "auto"
     n_iter_no_change: int = 5
     random_state: int = 0
     # resolved
@@ -234,8 +243,11 @@ class TrainConfig:
         if p["surrogate"] is not None:
             make_loss(measure, beta=p["beta"], k=p["k"], surrogate=p["surrogate"])
         for name, low in (("buffer_size", 2), ("max_iter", 1), ("random_state", 0), ("n_iter_no_change", 1),
-                          ("validation_max_rows", 2), ("validation_folds", 1)):
+                          ("validation_max_rows", 2)):
             _check_int(name, p[name], low)
+        vk = p["validation_folds"]
+        if vk != "auto" and (isinstance(vk, bool) or not isinstance(vk, Integral) or vk < 1):
+            raise ValueError(f"validation_folds must be 'auto' or an int >= 1, got {vk!r}")
         for name in ("n_passes", "max_passes"):
             _check_int(name, p[name], 1, allow_none=True)
         for name in ("eta", "radius"):
@@ -248,7 +260,7 @@ class TrainConfig:
         for name in ("average", "shuffle", "fit_intercept", "standardize"):
             if not isinstance(p[name], (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {p[name]!r}")
-        if p["validation_folds"] > 1 and not (p["solver"] in STREAMING and (p["eta"] is None or p["n_passes"] is None)):
+        if p["validation_folds"] != "auto" and p["validation_folds"] > 1 and not (p["solver"] in STREAMING and (p["eta"] is None or p["n_passes"] is None)):
             raise ValueError("validation_folds > 1 selects among candidates: it needs solver '1pmb' or '2pmb' "
                              "with eta or n_passes left unset")
         p.update(measure=measure, validation_fraction=float(vf), average=bool(p["average"]),
@@ -277,6 +289,30 @@ class TrainConfig:
     @property
     def early_stopping(self) -> bool:
         return self.streaming and self.n_passes is None
+
+    def folds(self, n_pos: int, n_neg: int, *, holdout: bool = True) -> int:
+        """``K`` of the selection on ``n_pos + n_neg`` training rows (1: one holdout, or no selection).
+
+        An int ``validation_folds`` is the user's ``K``.  ``"auto"`` is
+        :data:`AUTO_FOLDS` where the fit would select on a holdout carved from
+        the rows (``holdout``: no validation rows given and one stream, not
+        ``partial_fit``, ``n_chains > 1`` or a warm start), that holdout would
+        hold fewer than :data:`FEW_POSITIVES` positives, every fold gets a
+        positive, and the rows number no more than ``validation_max_rows`` (the
+        rows a holdout may gather on the driver, so K-fold selection, which
+        reads every row there, holds no more); else 1.
+        """
+        if self.validation_folds != "auto":
+            return self.validation_folds
+        if not (holdout and self.selects and self.validation_fraction > 0) or \
+                n_pos + n_neg > self.validation_max_rows or n_pos < AUTO_FOLDS:
+            return 1
+        v_pos, _ = holdout_sizes(n_pos, n_neg, self.validation_fraction, self.validation_max_rows)
+        return AUTO_FOLDS if v_pos < FEW_POSITIVES else 1
+
+    def with_folds(self, k: int) -> "TrainConfig":
+        """This configuration with ``validation_folds`` resolved to ``k`` (:meth:`folds`)."""
+        return replace(self, validation_folds=k)
 
     def resolve(self, *, n_features: int, n_rows: int, mean_sq_norm: float | None = None,
                 n_validation: int = 0, whole_passes: bool = True, n_chains: int = 1) -> "TrainConfig":

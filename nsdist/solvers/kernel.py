@@ -150,6 +150,13 @@ class SGDState:
         """The starting state ``w_0 = 0`` of Algorithms 1 and 2, for ``m`` candidates."""
         return cls(W=np.zeros((d, m)))
 
+    @classmethod
+    def at(cls, w: np.ndarray, b: float, learn_b: Sequence[bool]) -> "SGDState":
+        """A warm start: every candidate at ``w_0 = w`` (``b_0 = b`` where it learns an intercept, else 0)."""
+        learn = np.asarray(learn_b, dtype=bool)
+        return cls(W=np.repeat(np.asarray(w, dtype=np.float64)[:, None], learn.size, axis=1),
+                   b=np.where(learn, b, 0.0))
+
     @property
     def n_candidates(self) -> int:
         return self.W.shape[1]

@@ -79,6 +79,11 @@ class Scaling:
             return coef, float(b - coef @ self.mean)
         return coef, np.asarray(b, dtype=np.float64) - self.mean @ coef
 
+    def unfold(self, coef: np.ndarray, intercept: float) -> tuple[np.ndarray, float]:
+        """The model on scaled features equal to the raw-feature ``(coef, intercept)`` (:meth:`fold`'s
+        inverse): where a warm start begins."""
+        return coef * self.scale, intercept + float(coef @ self.mean)
+
     def to_dict(self) -> dict:
         return {"mean": self.mean.tolist(), "scale": self.scale.tolist(), "centered": self.centered}
 

@@ -123,9 +123,11 @@ class Selection:
         for c in cols[~finite]:
             self._drop(state, c, "diverged (non-finite weights)")
         cols = cols[finite]
+        batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
         if cols.size == 0:
             if not np.isfinite(self.value).any():
                 raise FloatingPointError("every candidate diverged (non-finite weights); set a smaller eta")
+            self._record(state, batch)
             return state, True
         values, b_eff = self.score(cfg, W[:, cols], b[cols], X_val, y_val)
         for c, v in zip(cols[~np.isfinite(values)], values[~np.isfinite(values)]):
@@ -134,7 +136,6 @@ class Selection:
         for c, v, be in zip(cols[better], values[better], b_eff[better]):
             self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
         self.best = max(self.best, float(values.max()) if values.size else -np.inf)
-        batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
         halved = np.isfinite(values) & ~batch[cols]
         live, live_values = cols[halved], values[halved]
         if live.size > 1:                                # successive halving: keep the best third
@@ -142,15 +143,7 @@ class Selection:
             keep = -(-live.size // REDUCTION)
             for c in live[order[keep:]]:
                 self._drop(state, c, f"dropped by successive halving at check {self.checks}")
-        def best_of(m: np.ndarray) -> float | None:       # None (plain JSON): none scored yet
-            v = self.value[m]
-            return float(v.max()) if np.isfinite(v).any() else None
-
-        self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
-                           "best": self.best, "alive": int(state.alive.sum()), "best_stochastic": best_of(~batch),
-                           "best_batch": best_of(batch),
-                           "passes_batch": 0 if state.batch is None else int(state.batch.evaluations),
-                           "objective_batch": self._objective(state)})
+        self._record(state, batch)
         if not cfg.early_stopping:
             return state, False
         resolution = max(MIN_DELTA, 1.0 / max(1, int(np.count_nonzero(y_val > 0))))
@@ -170,6 +163,18 @@ class Selection:
         batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
         stopped = np.array([r.startswith("stopped early") for r in self.reason], dtype=bool)
         return (state.alive | stopped) & ~batch
+
+    def _record(self, state: SGDState, batch: np.ndarray) -> None:
+        """The check's point of ``curve`` (every check has one: ``dropped`` indexes it)."""
+        def best_of(m: np.ndarray) -> float | None:       # None (plain JSON): none scored yet
+            v = self.value[m]
+            return float(v.max()) if np.isfinite(v).any() else None
+
+        self.curve.append({"check": self.checks, "epoch": int(state.epoch), "rows_seen": int(state.rows_seen),
+                           "best": self.best, "alive": int(state.alive.sum()), "best_stochastic": best_of(~batch),
+                           "best_batch": best_of(batch),
+                           "passes_batch": 0 if state.batch is None else int(state.batch.evaluations),
+                           "objective_batch": self._objective(state)})
 
     @staticmethod
     def _objective(state: SGDState) -> float | None:
