@@ -30,9 +30,10 @@ index), ``StandardScaler`` fitted on the training part; the default
 ``LogisticRegression`` plain and balanced, LR with a threshold tuned for F1
 (``TunedThresholdClassifierCV``) and the cutting plane (time cap 20 s per fit).  The same
 targets are marked: nsdist >= the best peer - 0.5 point, strictly best, fit time <= 10x plain LR.
-One more column gives the same default with K-fold selection (``validation_folds=5``; the
-library's setting for data with few positives), its paired difference with the default and
-its fit seconds -- another setting of nsdist, not a peer.
+One more column gives the same default always on one holdout (``validation_folds=1``; the
+default's ``"auto"`` takes 5-fold selection where the holdout would hold fewer than 100
+positives, as on all three sets here), the default's paired difference with it and its fit
+seconds -- another setting of nsdist, not a peer.
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
                      for k, v in meta["datasets"].items())
     head = ["data", "measure", "nsdist default", "LR", "LR bal", "LR F1-thr", "CP", "best peer",
             "paired difference (± s.e.)", "≥ best − 0.5", "strictly best", "selected most often",
-            f"nsdist `validation_folds={defaults.FOLDS}`", "its paired difference with the default (± s.e.)"]
+            "default selected by", "nsdist `validation_folds=1`", "default − one holdout (± s.e.)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells.values():
         st = c["stat"]
@@ -144,15 +145,16 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
             f"{defaults.LABEL[c['best_peer']]} {c['best_peer_value']:.1f} ({c['diff_vs_best']:+.2f})",
             f"{pd_['mean']:+.1f} ± {pd_['std'] / np.sqrt(pd_['n']):.1f}",
             "yes" if c["meets_margin"] else "**NO**", "yes" if c["strictly_best"] else "no",
-            f"{top} ({k}/{c['n_splits']})", *defaults.folds_cells(runs[c["data"]], c["measure"])]) + " |")
+            f"{top} ({k}/{c['n_splits']})", defaults.selection_mode(runs[c["data"]], c["measure"]),
+            *defaults.holdout_cells(runs[c["data"]], c["measure"])]) + " |")
     times = ["| data | LR s (median) | nsdist s: pAUC(0,0.1) / PRBEP / F1 | ratio nsdist / LR | "
-             f"`validation_folds={defaults.FOLDS}` s: pAUC(0,0.1) / PRBEP / F1 |", "|---|---|---|---|---|"]
+             "`validation_folds=1` s: pAUC(0,0.1) / PRBEP / F1 |", "|---|---|---|---|---|"]
     for name in meta["datasets"]:
         cs = [c for c in cells.values() if c["data"] == name]
         times.append(f"| {name} | {cs[0]['lr_seconds']:.3f} | "
                      + " / ".join(f"{c['nsdist_seconds']:.2f}" for c in cs) + " | "
                      + " / ".join(f"{c['time_ratio']:.1f}" for c in cs) + " | "
-                     + " / ".join(f"{np.median([sp['by_measure'][c['measure']]['nsdist_folds']['seconds'] for sp in runs[name]]):.2f}"
+                     + " / ".join(f"{np.median([sp['by_measure'][c['measure']]['nsdist_holdout']['seconds'] for sp in runs[name]]):.2f}"
                                   for c in cs) + " |")
     return (
         "# The defaults on data sets they were never tuned or reported on\n\n"
@@ -167,15 +169,16 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
         "Columns as in `defaults.md` (CP: the library's cutting plane, its returned iterate, 20 s cap per fit; "
         "`[w=0 k/n]`: that iterate is w = 0, constant scores, in k splits). Paired difference: nsdist minus the best "
         "peer split by split, mean ± its standard error (std / sqrt(splits)) -- how much of a gap the splits "
-        "resolve. The last two columns: the same default with K-fold selection (`validation_folds=5`, "
-        "docs/solvers.md §Selection) -- another setting of the library, not a peer.\n\n"
+        "resolve. The last three columns: how the default selected (`validation_folds=\"auto\"`: 5 folds where a holdout "
+        "would hold fewer than 100 positives, docs/solvers.md §Selection), and the same default always on one "
+        "holdout (`validation_folds=1`) -- another setting of the library, not a peer.\n\n"
         + "\n".join(rows) + "\n\n"
         f"**≥ best peer − 0.5: {t['margin']['met']}/{n}**; **strictly best: {t['strictly_best']['count']}/{n}**; "
         f"**fit time ≤ 10× plain LR on every set: {'met' if t['time']['target_met'] else 'MISSED'}**"
         + (f" (missed on {', '.join(t['time']['missed'])})" if t["time"]["missed"] else "") + ".\n\n"
-        f"With `validation_folds={defaults.FOLDS}` in the default's place (the same peers): ≥ best peer − 0.5 on "
-        f"{sum(c['stat']['nsdist_folds']['mean'] >= c['best_peer_value'] - defaults.MARGIN for c in cells.values())}/{n}, "
-        f"strictly best on {sum(c['stat']['nsdist_folds']['mean'] > c['best_peer_value'] for c in cells.values())}/{n}.\n\n"
+        f"With `validation_folds=1` in the default's place (the same peers): ≥ best peer − 0.5 on "
+        f"{sum(c['stat']['nsdist_holdout']['mean'] >= c['best_peer_value'] - defaults.MARGIN for c in cells.values())}/{n}, "
+        f"strictly best on {sum(c['stat']['nsdist_holdout']['mean'] > c['best_peer_value'] for c in cells.values())}/{n}.\n\n"
         "## Fit seconds (median over splits)\n\n" + "\n".join(times) + "\n\n"
         "## Where a target is missed, and anything odd\n\n" + defaults.notes(cells) +
         "\n## Reproduce\n\n```\n.venv/bin/python bench/unseen.py            # fetches the ISLP wheel once (pip)\n"
