@@ -128,8 +128,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     cfg = TrainConfig.from_params(standardize=standardize, **params)   # all checked before a cluster starts
     if isinstance(n_chains, bool) or not isinstance(n_chains, int) or n_chains < 1:
         raise ValueError(f"n_chains must be an int >= 1, got {n_chains!r}")
-    if cfg.validation_folds != "auto" and cfg.validation_folds > 1 and (
-            validation is not None or n_chains > 1 or init_model is not None):
+    if cfg.k_fold and (validation is not None or n_chains > 1 or init_model is not None):
         raise ValueError("validation_folds > 1 (K-fold selection) reads the data onto the driver and selects on "
                          "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,

@@ -161,11 +161,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     validation_curve_ : list of dict
         Per check: rows seen, steps, the best validation value, live candidates.
     folds_ : int or None
-        ``K`` of a K-fold selection (``validation_folds`` ``K > 1``, or ``"auto"`` resolved to it), else None.  Then
-        ``selection_`` gives each candidate's mean validation value over the
-        folds (and each fold's under ``"folds"``), ``validation_curve_`` and
-        ``history_`` the folds' one after the other, ``n_iter_`` their passes
-        summed and ``config_`` the first fold's.
+        ``K`` of a K-fold selection (``validation_folds = K > 1``, or
+        ``"auto"`` resolved to it), else None.  Then ``selection_`` gives
+        each candidate's mean validation value over the folds (and each
+        fold's under ``"folds"``), ``validation_curve_`` and ``history_`` the
+        folds' one after the other, ``n_iter_`` their passes summed and
+        ``config_`` the first fold's.
     validation_positives_ : int
         Positive rows ``v+`` among the validation rows the selection scored on
         (0: no selection; K-fold: every positive).  The selection resolves differences of about
@@ -409,7 +410,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
     @staticmethod
     def _folds(cfg: TrainConfig, y: np.ndarray, validation) -> int:
         """``validation_folds`` resolved (:meth:`TrainConfig.folds`), given validation rows or not."""
-        if cfg.validation_folds != "auto" and cfg.validation_folds > 1 and validation is not None:
+        if cfg.k_fold and validation is not None:
             raise ValueError("give X_val, y_val or validation_folds > 1, not both")
         n_pos = int(np.count_nonzero(y > 0))
         return cfg.folds(n_pos, y.shape[0] - n_pos, holdout=validation is None)

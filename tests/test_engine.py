@@ -184,6 +184,18 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
         assert est.folds_ is None and model.history["validation_rows"] == est._validation[0].shape[0]
 
 
+def test_auto_folds_stream_a_holdout_when_the_rows_exceed_the_validation_cap(cluster, tmp_path, letter):
+    """``validation_folds="auto"`` reads the rows onto the driver only up to ``validation_max_rows`` rows: past it
+    the job streams with one holdout (and logs that K-fold selection would choose on every positive)."""
+    X, y = letter[0][:6000], letter[1][:6000]
+    url = write_parquet(tmp_path / "capped", X, y, rows_per_file=2000)
+    model = train(url, client=cluster, measure="prbep", validation_max_rows=5000, random_state=1)
+    assert model.history.get("folds") is None and model.history["validation_rows"] > 0
+    assert len(model.history["curve"]) > 0                                  # the partition chain ran
+    est = nsdist.NonDecomposableClassifier("prbep", validation_max_rows=5000, random_state=1).fit(X, y)
+    assert est.folds_ is None
+
+
 def _scheduler_transitions(dask_scheduler, prefix: str, since: float) -> list[tuple]:
     """``(key, start, finish, time)`` of the scheduler's transitions since ``since`` (its clock) for keys
     starting with ``prefix``."""

@@ -50,8 +50,8 @@ from .plan import holdout_sizes
 from .scaling import Scaling, row_moments, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
-           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "DEFAULTS",
-           "mean_sq_norm"]
+           "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "AUTO_FOLDS",
+           "FEW_POSITIVES", "DEFAULTS", "mean_sq_norm"]
 
 #: the solvers (docs/solvers.md)
 SOLVERS = ("1pmb", "2pmb", "ftrl", "psg", "cp")
@@ -289,6 +289,11 @@ class TrainConfig:
     @property
     def early_stopping(self) -> bool:
         return self.streaming and self.n_passes is None
+
+    @property
+    def k_fold(self) -> bool:
+        """The user asked for K-fold selection (an int ``validation_folds > 1``, not ``"auto"``)."""
+        return self.validation_folds != "auto" and self.validation_folds > 1
 
     def folds(self, n_pos: int, n_neg: int, *, holdout: bool = True) -> int:
         """``K`` of the selection on ``n_pos + n_neg`` training rows (1: one holdout, or no selection).
