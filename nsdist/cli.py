@@ -152,8 +152,11 @@ def _add_train(sub) -> None:
                        "through Dask. JOB is a YAML job file (see conf/ and the README's job-file reference); "
                        "or give a DATASET and options. Options below override the job file's keys; --set "
                        "overrides any key (the value is read as YAML).\n\n"
+                       "Data with few positives (a 10% holdout would hold fewer than 100) and at most "
+                       "solver.validation_max_rows rows is read onto the driver and selected by 5-fold selection, "
+                       "its fold fits as Dask tasks (solver.validation_folds: auto; 1 always streams one holdout).\n\n"
                        "The run directory receives model/, job.yaml, metrics.json, learning_curve.png, run.log "
-                       "and checkpoint.json.",
+                       "and checkpoint.json (a streamed run).",
                        epilog=_examples("nsdist train conf/letter-pauc.yaml",
                                         "nsdist train conf/letter-pauc.yaml --set solver.eta=2 "
                                         "--set measure.beta=0.05",
