@@ -340,7 +340,8 @@ def _log_resolution(v_pos: int, folds: int = 1) -> None:
              "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
     if folds == 1 and v_pos < 100:     # coarser than a point of the measure: the choice is partly luck
         log.info("with %d validation positives, K-fold selection (validation_folds=5) would choose on every "
-                 "positive, for about 5 times the fit (docs/solvers.md, 'K-fold selection')", v_pos)
+                 "positive, for about 5 times the fit, reading every row onto the driver (docs/solvers.md, "
+                 "'K-fold selection')", v_pos)
 
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
