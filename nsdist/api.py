@@ -357,11 +357,11 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
                  "a fit lost with its worker is rerun)", X.shape[0], cfg.validation_folds)
     t0 = time.perf_counter()
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold))
-    history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver}
+    history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
+               "folds": est.folds_}
     if est.selection_ is not None:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
-                       validation_curve=est.validation_curve_, validation_positives=est.validation_positives_,
-                       folds=est.folds_)
+                       validation_curve=est.validation_curve_, validation_positives=est.validation_positives_)
         _log_resolution(est.validation_positives_, est.folds_)
     return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
                        params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,

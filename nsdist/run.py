@@ -352,7 +352,7 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
         "measure": {"name": model.measure, "key": key, "value": measures[key]},
         "evaluation": {"data": role, "url": test.url, **measures},
         "training": {k: h.get(k) for k in ("seconds", "rows_seen", "rows_per_second", "epochs", "skipped_epochs",
-                                          "passes", "partitions", "final_loss")},
+                                          "passes", "partitions", "final_loss", "folds")},
         "dataset": {"url": train.url, "rows": train.num_rows, "features": train.n_features,
                     "partitions": len(train.partitions), "fingerprint": train.fingerprint,
                     "label_column": job.dataset.label_column},
