@@ -260,7 +260,7 @@ class TrainConfig:
         for name in ("average", "shuffle", "fit_intercept", "standardize"):
             if not isinstance(p[name], (bool, np.bool_)):
                 raise ValueError(f"{name} must be True or False, got {p[name]!r}")
-        if p["validation_folds"] != "auto" and p["validation_folds"] > 1 and not (p["solver"] in STREAMING and (p["eta"] is None or p["n_passes"] is None)):
+        if vk != "auto" and vk > 1 and not (p["solver"] in STREAMING and (p["eta"] is None or p["n_passes"] is None)):
             raise ValueError("validation_folds > 1 selects among candidates: it needs solver '1pmb' or '2pmb' "
                              "with eta or n_passes left unset")
         p.update(measure=measure, validation_fraction=float(vf), average=bool(p["average"]),
