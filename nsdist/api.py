@@ -26,7 +26,7 @@ from .engine.reservoir import sample_reservoir
 from .data.scoring import sparse_input_format
 from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
-from .solvers.config import FEW_POSITIVES, TrainConfig, mean_sq_norm
+from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
 from .solvers.measure import get_measure
 from .solvers.plan import holdout_sizes, rounds, schedule
@@ -338,10 +338,10 @@ def _writeable(X):
 def _log_resolution(v_pos: int, folds: int = 1) -> None:
     log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
              "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
-    if folds == 1 and v_pos < 100:     # coarser than a point of the measure: the choice is partly luck
-        log.info("with %d validation positives, K-fold selection (validation_folds=5) would choose on every "
-                 "positive, for about 5 times the fit, reading every row onto the driver (docs/solvers.md, "
-                 "'K-fold selection')", v_pos)
+    if folds == 1 and v_pos < FEW_POSITIVES:     # coarser than a point of the measure: the choice is partly luck
+        log.info("with %d validation positives, K-fold selection (validation_folds=%d) would choose on every "
+                 "positive, for about %d times the fit, reading every row onto the driver (docs/solvers.md, "
+                 "'K-fold selection')", v_pos, AUTO_FOLDS, AUTO_FOLDS)
 
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:

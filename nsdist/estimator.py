@@ -252,10 +252,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         """A ranking model's intercept: its measure's cut on ``(X, y)`` (F1 keeps its own)."""
         if get_measure(cfg.measure).thresholded:
             return b
-        if not cfg.fit_intercept:
-            return 0.0
-        s = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
-        return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
+        return _measure_cut(cfg, w, X, y) if cfg.fit_intercept else 0.0
 
     # -------------------------------------------------------------------- fit
 
@@ -400,7 +397,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             self.validation_positives_ = int(np.count_nonzero(validation[1] > 0))
             w, b = selection.model(cfg, *validation)
             if cfg.plug_in:         # the winner's F1-optimal threshold on every row (the engine: its sample)
-                b = cut_intercept(cfg.measure, y, np.asarray(X @ w.astype(X.dtype), dtype=np.float64))
+                b = _measure_cut(cfg, w, X, y)
         else:
             w, b = state.model(0, cfg.average)
             b = self._cut(cfg, w, b, X[train], y[train])
@@ -432,11 +429,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         fold_models = [r["selection"].W[:, win] if r["scaling"] is None else        # each on the raw features
                        r["scaling"].fold(r["selection"].W[:, win], float(r["selection"].b[win]))[0] for r in runs]
         w = np.mean(fold_models, axis=0)
-        scores = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
-        if cfg.fit_intercept:                     # every row was a validation row once: the cut on all of them
-            b = cut_intercept(cfg.measure, y, scores, k=cfg.k if cfg.train_k is None else cfg.train_k)
-        else:
-            b = 0.0
+        # every row was a validation row once: the cut (F1: the optimal threshold) on all of them
+        b = _measure_cut(cfg, w, X, y) if cfg.fit_intercept else 0.0
         self.selection_ = [{**row, "validation": float(mean[m]) if np.isfinite(mean[m]) else None,
                             "selected": m == win,
                             "steps": int(round(np.mean([r["report"][m]["steps"] for r in runs]))),
@@ -651,6 +645,13 @@ def expected_failed_checks(estimator: NonDecomposableClassifier) -> dict[str, st
             "a Prec@k model labels exactly its top-K scores positive (its cut), so with k below the "
             "positive rate of the check's balanced blobs (1/2) its accuracy stays under the 0.83 it wants")}
     return {}
+
+
+def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
+    """The intercept at ``cfg.measure``'s cut of the scores ``X @ w`` on ``(X, y)``
+    (:func:`~nsdist.solvers.measure.cut_intercept`; F1: its optimal threshold)."""
+    s = np.asarray(X @ w.astype(X.dtype), dtype=np.float64)
+    return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
 
 def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int) -> dict:
