@@ -233,6 +233,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         stream = -reservoir.label
     phases["reservoir"] = time.perf_counter() - t
     chain_cfg = ChainConfig(cfg, holdout, stream, dtype, scaling, n_chains)
+    if checkpoint:
+        log.info("checkpoints: %s every %d partitions or %.0f s", checkpoint, checkpoint_every, checkpoint_seconds)
     steps, checks = schedule([p.num_rows for p in ds.partitions], cfg.passes, random_state=cfg.random_state,
                              shuffle=cfg.shuffle, check_rows=cfg.check_rows)
     round_ends, checks = rounds(steps, checks, len(ds.partitions), n_chains)

@@ -265,8 +265,6 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     # so the reported measures would not be held out, and the model would not be the one `nsdist retrain`
     # (or `nsdist.train` on the same job) builds.  The fit holds out its own validation rows.
     log.info("training: %s", ", ".join(f"{k}={v}" for k, v in params.items()))
-    log.info("checkpoints: %s every %d partitions or %.0f s", run.checkpoint, job.output.checkpoint_every,
-             job.output.checkpoint_seconds)
     previous, saved = None, time.monotonic()
 
     def pass_done(p: ChainProgress) -> None:

@@ -363,7 +363,9 @@ def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
     assert sel["validation_positives"] == int((load_rows(train)[1] > 0).sum())
     assert f"selected {winner['name']} (validation {winner['validation']:.4f}" in proc.stdout
     # the learning curve: each fold's best validation measure against its steps (no partition streams)
-    assert "K-fold selection streams no partitions" in (out / "run.log").read_text()
+    log = (out / "run.log").read_text()
+    assert "K-fold selection streams no partitions" in log
+    assert "checkpoints:" not in log                       # nothing streams, so nothing is checkpointed
     assert json.loads((out / "metrics.json").read_text())["training"]["folds"] == 3
     plotted = json.loads(Image.open(out / "learning_curve.png").text["nsdist-curve"])
     assert sorted(set(plotted["fold"])) == [0, 1, 2]
