@@ -144,6 +144,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         Seed of every random order and of the holdout; the same seed and data
         give the same model bit for bit (an int, so the order is the same on
         every machine).
+    n_jobs : int, optional
+        Processes for the ``K`` fold fits of K-fold selection (joblib's loky
+        backend, as scikit-learn's ``n_jobs``: -1 every core).  None or 1: one
+        after the other in this process.  The fits are independent, so the
+        model is the same bit for bit; other fits ignore it.
 
     Attributes
     ----------
@@ -184,7 +189,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                  n_passes: int | None = None, max_passes: int | None = None, max_iter: int = 200,
                  tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
                  standardize: bool = True, validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
-                 validation_folds: int | str = "auto", n_iter_no_change: int = 5, random_state: int = 0) -> None:
+                 validation_folds: int | str = "auto", n_iter_no_change: int = 5, random_state: int = 0,
+                 n_jobs: int | None = None) -> None:
         self.measure = measure
         self.beta = beta
         self.k = k
@@ -207,6 +213,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.validation_folds = validation_folds
         self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
+        self.n_jobs = n_jobs
 
     # ------------------------------------------------------------------ setup
 
@@ -271,8 +278,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             How the ``K`` fold fits of ``validation_folds = K > 1`` run: called
             as ``map_folds(cfg, X, y, fold)``, it returns ``[fit_fold(cfg, X,
             y, fold, f) for f in range(K)]`` (:func:`fit_fold`), in that order,
-            wherever it runs them.  Default :func:`map_folds_here` (one after the
-            other, here); :func:`nsdist.train` runs them as Dask tasks.
+            wherever it runs them.  Default: ``n_jobs`` processes
+            (:func:`map_folds_here` for one); :func:`nsdist.train` runs them as
+            Dask tasks.
         """
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
         self._set_classes(y)
@@ -282,6 +290,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._rows, self._next_block = X.shape[0], 1
         self.selection_, self.validation_curve_, self.validation_positives_ = None, [], 0
         self.folds_ = None
+        map_folds = map_folds or map_folds_on(self.n_jobs)          # n_jobs checked on every fit
         k = self._folds(cfg, y, validation)
         if k > 1:
             return self._fit_folds(cfg.with_folds(k), X, y, map_folds)
@@ -412,7 +421,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         n_pos = int(np.count_nonzero(y > 0))
         return cfg.folds(n_pos, y.shape[0] - n_pos, holdout=validation is None)
 
-    def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray, map_folds=None) -> "NonDecomposableClassifier":
+    def _fit_folds(self, cfg: TrainConfig, X, y: np.ndarray, map_folds) -> "NonDecomposableClassifier":
         """K-fold selection (``validation_folds``; docs/solvers.md §Selection): the population on each fold's
         complement, checked on the fold; the best mean validation value wins; its fold models are averaged."""
         k = cfg.validation_folds
@@ -420,7 +429,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         if min(np.count_nonzero(y[fold == f] > 0) for f in range(k)) == 0:
             raise ValueError(f"validation_folds={k}: the training rows hold {np.count_nonzero(y > 0)} positive(s), "
                              "fewer than one a fold")
-        runs = (map_folds or map_folds_here)(cfg, X, y, fold)
+        runs = map_folds(cfg, X, y, fold)
         values = np.array([r["selection"].value for r in runs])            # (K, M); -inf: never scored / diverged
         mean = values.mean(axis=0)
         if not np.isfinite(mean).any():
@@ -671,3 +680,18 @@ def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int) -> di
 def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
     """The ``K`` fold fits of K-fold selection one after the other, in this process."""
     return [fit_fold(cfg, X, y, fold, f) for f in range(cfg.validation_folds)]
+
+
+def map_folds_on(n_jobs: int | None):
+    """A ``map_folds`` running the fold fits on ``n_jobs`` processes (joblib's loky backend; -1: every core),
+    results in fold order; :func:`map_folds_here` for None or 1."""
+    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0):
+        raise ValueError(f"n_jobs must be None or a nonzero int (-1: every core), got {n_jobs!r}")
+    if n_jobs is None or n_jobs == 1:
+        return map_folds_here
+
+    def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
+        from joblib import Parallel, delayed
+        return Parallel(n_jobs=int(n_jobs))(delayed(fit_fold)(cfg, X, y, fold, f)
+                                            for f in range(cfg.validation_folds))
+    return map_folds

@@ -412,6 +412,26 @@ def test_k_fold_selection_of_one_candidate_averages_its_fold_models():
     assert len(est.selection_) == 1 and est.selection_[0]["selected"]
 
 
+def test_k_fold_fits_on_processes_give_the_same_model_bit_for_bit():
+    """``n_jobs=2``: the fold fits run in two joblib worker processes (real ones) and return the in-process
+    model, selection and curve exactly; a fit that is not K-fold ignores ``n_jobs``."""
+    X, y = make_data(n=1500, seed=6)
+    here = NonDecomposableClassifier("prbep", random_state=1, validation_folds=3).fit(X, y)
+    there = NonDecomposableClassifier("prbep", random_state=1, validation_folds=3, n_jobs=2).fit(X, y)
+    np.testing.assert_array_equal(there.coef_, here.coef_)
+    np.testing.assert_array_equal(there.intercept_, here.intercept_)
+    assert there.selection_ == here.selection_ and there.validation_curve_ == here.validation_curve_
+    one = NonDecomposableClassifier("prbep", random_state=1, validation_folds=1)
+    np.testing.assert_array_equal(one.fit(X, y).coef_, one.set_params(n_jobs=2).fit(X, y).coef_)
+
+
+@pytest.mark.parametrize("n_jobs", [0, 1.5, "2", True])
+def test_n_jobs_must_be_a_nonzero_int(n_jobs):
+    X, y = make_data(n=600)
+    with pytest.raises(ValueError, match="n_jobs must be None or a nonzero int"):
+        NonDecomposableClassifier("pauc", n_jobs=n_jobs, validation_folds=1).fit(X, y)
+
+
 @pytest.mark.parametrize("params, fit_kw, message", [
     (dict(validation_folds=0), {}, "validation_folds must be 'auto' or an int >= 1"),
     (dict(validation_folds=2.5), {}, "validation_folds must be 'auto' or an int >= 1"),
