@@ -159,11 +159,11 @@ def folds_curve_png(history: dict, *, measure: str, title: str) -> bytes:
     for f in range(history["folds"]):
         points = [p for p in curve if p["fold"] == f]
         epochs = [p["epoch"] for p in points]
-        top.plot(epochs, [p["best"] for p in points], marker=".", color=f"C{f}", label=f"fold {f + 1}")
-        bottom.plot(epochs, [p["alive"] for p in points], marker=".", color=f"C{f}")
+        top.plot(epochs, [p["best"] for p in points], marker=".", color=f"C{f}")
+        bottom.plot(epochs, [p["alive"] for p in points], marker=".", color=f"C{f}", label=f"fold {f + 1}")
     top.set_ylabel(measure)
     top.set_title(title)
-    top.legend(loc="lower right")
+    bottom.legend(loc="upper right", ncols=min(5, history["folds"]))   # where the halving leaves room
     bottom.set_ylabel("live candidates")
     bottom.set_xlabel("training steps (epochs)")
     for axis in (top, bottom):
