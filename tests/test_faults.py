@@ -122,6 +122,76 @@ def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, 
         assert_same_model(survived, reference)
 
 
+# ------------------------------------------------------- K-fold selection's fold fits
+def test_k_fold_fits_lost_with_the_scattered_rows_are_redone_to_the_identical_model(
+        dask_processes, letter_20, caplog, reliability, monkeypatch):
+    """The default selects by 5 folds on Letter (a holdout would hold 55 positives); its fold fits run as Dask
+    tasks on rows the driver scattered.  The worker holding the scattered ``X`` is SIGKILLed right after the
+    scatter, before any other worker copied it: every fold fit is cancelled for lost dependencies, the driver
+    scatters its rows again and redoes them, and the model is the undisturbed run's, bit for bit."""
+    from distributed import Client
+
+    params = dict(measure="prbep", random_state=5)
+    with dask_processes(3) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        assert reference.history["folds"] == 5
+        kills: list[int] = []
+        scatter = Client.scatter
+
+        def scatter_then_kill_the_holder(self, data, **kw):
+            futures = scatter(self, data, **kw)
+            if isinstance(data, dict) and "X" in data and not kills:
+                (holder,) = self.who_has(futures["X"])[futures["X"].key]
+                kills.append(sigkill_worker(cluster, client, holder))
+            return futures
+
+        monkeypatch.setattr(Client, "scatter", scatter_then_kill_the_holder)
+        with caplog.at_level(logging.WARNING, logger="nsdist.engine"):
+            survived = train(letter_20, client=client, **params)
+        redone = [r.getMessage() for r in caplog.records if "scattering the rows again" in r.getMessage()]
+        reliability("fault", "SIGKILL the worker holding K-fold selection's scattered rows",
+                    injected=len(kills), redone=len(redone))
+        assert kills == [-signal.SIGKILL] and len(client.scheduler_info()["workers"]) == 2
+        assert len(redone) == 1 and "(restart 1/3)" in redone[0]
+        np.testing.assert_array_equal(survived.coef, reference.coef)
+        assert survived.intercept == reference.intercept
+        assert survived.history["selection"] == reference.history["selection"]
+
+
+def test_k_fold_fit_lost_with_its_worker_mid_fit_gives_the_identical_model(dask_processes, letter_20,
+                                                                          reliability):
+    """A worker is SIGKILLed while it runs one of the 5 fold fits (found on the scheduler as it runs); the
+    other workers finish the job with the undisturbed run's model, bit for bit."""
+    import threading
+
+    params = dict(measure="f1", random_state=6)
+    with dask_processes(3) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        kills: list[tuple[str, int]] = []
+        stop = threading.Event()
+
+        def kill_a_fold_fit() -> None:
+            while not stop.is_set() and not kills:
+                for address, keys in client.processing().items():
+                    if any(str(k).startswith("nsdist-fold-") for k in keys):
+                        kills.append((address, sigkill_worker(cluster, client, address)))
+                        return
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=kill_a_fold_fit, daemon=True)
+        watcher.start()
+        try:
+            survived = train(letter_20, client=client, **params)
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
+        reliability("fault", "SIGKILL a worker running a K-fold fit", injected=len(kills),
+                    survivors=len(client.scheduler_info()["workers"]))
+        assert [status for _, status in kills] == [-signal.SIGKILL]
+        np.testing.assert_array_equal(survived.coef, reference.coef)
+        assert survived.intercept == reference.intercept
+
+
 # ------------------------------------------------------------------------- driver
 def nsdist_cli(*args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python -m nsdist ARGS`` with ``env`` added to the environment."""

@@ -43,6 +43,10 @@ __all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step
 
 log = logging.getLogger("nsdist.engine")
 
+#: How many times work lost with a worker is redone before the error is raised (a step from the last gathered
+#: state; K-fold selection's lost fold fits, :mod:`nsdist.engine.folds`)
+MAX_RESTARTS = 3
+
 
 @dataclass(frozen=True)
 class ChainConfig:
@@ -203,7 +207,7 @@ class PartitionChain:
     reservoir: Reservoir | None = None
     prefetch: int = 2
     on_step: Callable[["ChainProgress"], None] | None = None
-    max_restarts: int = 3
+    max_restarts: int = MAX_RESTARTS
     gather_bytes: int | None = None
     on_loads_done: Callable[[], None] | None = None
     stats: list[np.ndarray] = field(default_factory=list)

@@ -4,18 +4,27 @@ The rows of a K-fold fit are on the driver (the fit reads them there); the
 ``K`` fold fits are independent, so they run as ``K`` tasks on the workers:
 the rows scattered once, one task per fold under a deterministic key, the
 results gathered in fold order.  Each task runs the same function the
-estimator runs in-process, so the model is the same, bit for bit.
+estimator runs in-process, so the model is the same, bit for bit.  A fold fit
+lost with its worker, or with the worker that held the scattered rows (a task
+whose rows are gone is cancelled), is redone: the driver still holds the rows,
+so it scatters them again and resubmits the lost fits, up to
+:data:`~nsdist.engine.chain.MAX_RESTARTS` times.
 """
 from __future__ import annotations
 
+import itertools
+import logging
 from typing import Any, Callable
 
 import numpy as np
 from dask.base import tokenize
 
 from ..solvers.config import TrainConfig
+from .chain import MAX_RESTARTS, _is_transient
 
 __all__ = ["fold_tasks"]
+
+log = logging.getLogger("nsdist.engine")
 
 FoldFit = Callable[[TrainConfig, Any, np.ndarray, np.ndarray, int], dict]
 
@@ -24,9 +33,24 @@ def fold_tasks(client, fit_fold: FoldFit) -> Callable[[TrainConfig, Any, np.ndar
     """A ``map_folds`` (:meth:`nsdist.NonDecomposableClassifier.fit`) that runs ``fit_fold(cfg, X, y, fold, f)``
     for ``f = 0 .. K-1`` as Dask tasks of ``client`` and returns their results in fold order."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-        token = tokenize(cfg.params(), X, y, fold)
-        rows = client.scatter({"X": X, "y": y, "fold": fold}, hash=False)
-        futures = [client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
-                                 key=f"nsdist-fold-{token}-{f}") for f in range(cfg.validation_folds)]
-        return client.gather(futures)
+        k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold)
+        done: dict[int, dict] = {}
+        for restart in itertools.count():        # the last restart's loss raises
+            rows = client.scatter({"X": X, "y": y, "fold": fold}, hash=False)
+            futures = {f: client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
+                                        key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else ""))
+                       for f in range(k) if f not in done}
+            lost = None
+            for f, future in futures.items():
+                try:
+                    done[f] = future.result()
+                except Exception as exc:  # a lost worker, lost rows, a dropped connection
+                    if not _is_transient(exc) or restart == MAX_RESTARTS:
+                        raise
+                    lost = exc
+            if lost is None:
+                return [done[f] for f in range(k)]
+            log.warning("K-fold selection: %d of %d fold fits lost (%s: %s); scattering the rows again and "
+                        "redoing them (restart %d/%d)", k - len(done), k, type(lost).__name__, lost, restart + 1,
+                        MAX_RESTARTS)
     return map_folds
