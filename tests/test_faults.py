@@ -192,6 +192,58 @@ def test_k_fold_fit_lost_with_its_worker_mid_fit_gives_the_identical_model(dask_
         assert survived.intercept == reference.intercept
 
 
+# ------------------------------------------------------------------------- ingest
+@pytest.mark.parametrize("phase", [0, 1, 2], ids=["scan", "chunks", "partitions"])
+def test_ingest_with_a_worker_sigkilled_mid_phase_writes_the_identical_dataset(dask_processes, repo_data, tmp_path,
+                                                                              caplog, reliability, phase):
+    """``nsdist.ingest`` of the bundled Letter CSV on 3 real workers, one SIGKILLed while it runs the first
+    call of a phase (the scan of the text blocks, the chunks' encoding, the partitions' assembly): the lost
+    call is redone (its text block scattered again, or by Dask) and the dataset is byte for byte the
+    undisturbed one."""
+    import threading
+
+    from nsdist.data.ingest import ingest
+
+    src = repo_data / "letter" / "letter-recognition.data"
+    options = dict(format="csv", label_column=0, positive="N", chunk_rows=2000)
+    with dask_processes(3) as cluster, cluster.client() as client:
+        reference = ingest(src, tmp_path / "reference", client=client, **options)
+        kills: list[int] = []
+        stop = threading.Event()
+
+        def kill_in_phase() -> None:
+            tokens: list[str] = []           # the phases' keys: nsdist-ingest-<token>-<call>, a token a phase
+            while not stop.is_set() and not kills:
+                for address, keys in client.processing().items():
+                    for key in map(str, keys):
+                        if key.startswith("nsdist-ingest-") and key.split("-")[2] not in tokens:
+                            tokens.append(key.split("-")[2])
+                    if len(tokens) > phase and any(str(k).startswith(f"nsdist-ingest-{tokens[phase]}-")
+                                                   for k in keys):
+                        kills.append(sigkill_worker(cluster, client, address))
+                        return
+                time.sleep(0.001)
+
+        watcher = threading.Thread(target=kill_in_phase, daemon=True)
+        watcher.start()
+        try:
+            with caplog.at_level(logging.WARNING, logger="nsdist.data"):
+                survived = ingest(src, tmp_path / "survived", client=client, **options)
+        finally:
+            stop.set()
+            watcher.join(timeout=30)
+        redone = [r.getMessage() for r in caplog.records if r.name == "nsdist.data"]
+        reliability("fault", f"SIGKILL a worker during ingest ({['scan', 'chunks', 'partitions'][phase]})",
+                    injected=len(kills), redone=len(redone))
+        assert kills == [-signal.SIGKILL] and len(client.scheduler_info()["workers"]) == 2
+        # a call whose text block died with the worker is redone by ingest (logged); one that only lost its
+        # worker (the partitions' assembly reads files) is rerun by Dask
+        assert all("restart 1/3" in m for m in redone)
+        assert survived.metadata["content_sha256"] == reference.metadata["content_sha256"]
+        for a, b in zip(reference.partitions, survived.partitions):
+            assert Path(a.path).read_bytes() == Path(b.path).read_bytes()
+
+
 # ------------------------------------------------------------------------- driver
 def nsdist_cli(*args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python -m nsdist ARGS`` with ``env`` added to the environment."""

@@ -28,6 +28,8 @@ was and nothing else behind.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import logging
 import os
 import posixpath
 import uuid
@@ -43,6 +45,7 @@ from distributed import Client, Future, as_completed
 from fsspec.spec import AbstractFileSystem
 
 from nsdist._connect import connect
+from nsdist._faults import MAX_RESTARTS, is_transient
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import access, check_absent, resolve, staging_directory
@@ -53,6 +56,8 @@ from nsdist.data.layout import partition_rows as layout_partition_rows
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, TextBlock, check_chunk_rows
 from nsdist.data.shuffle import assign_rows, partition_sizes, rng
 from nsdist.data.sources import Categorical, Source, open_source
+
+log = logging.getLogger("nsdist.data")
 
 __all__ = ["ingest", "PARTITION_BYTES"]
 
@@ -391,27 +396,61 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
     """Run ``fn(*args)`` for each tuple of ``calls`` on ``client``, results in order.
 
     At most two calls per worker thread are in flight; text blocks are
-    scattered to the cluster rather than embedded in the task. When a call
-    fails, the calls in flight are waited for (so that none writes after the
-    caller cleans up) and the first error is raised; on an interrupt they are
-    cancelled.
+    scattered to the cluster rather than embedded in the task.  A call lost
+    with a worker (or with the worker holding its scattered block) is
+    submitted again, its block scattered again, up to
+    :data:`~nsdist._faults.MAX_RESTARTS` times: every call reads its input
+    and writes the same file, so a redo gives the same dataset.  When a call
+    fails otherwise, the calls in flight are waited for (so that none writes
+    after the caller cleans up) and the first error is raised; on an
+    interrupt they are cancelled.
     """
     limit = 2 * max(1, sum(client.nthreads().values()))
     token = uuid.uuid4().hex[:8]
-    index: dict[Future, int] = {}
+    index: dict[Future, int] = {}            # in flight: future -> call
+    pending: dict[int, tuple] = {}           # the arguments of the calls in flight, kept for a redo
+    restarts: dict[int, int] = {}
     results: dict[int, Any] = {}
     running = as_completed(loop=client.loop)
+
+    def submit(i: int) -> None:
+        r = restarts.get(i, 0)
+        for attempt in itertools.count():    # the scatter itself can meet a worker that just died
+            try:
+                args = tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in pending[i])
+                break
+            except Exception as exc:
+                if not is_transient(exc) or attempt == MAX_RESTARTS:
+                    raise
+                log.warning("ingest: scattering block %d failed (%s: %s); again (restart %d/%d)",
+                            i, type(exc).__name__, exc, attempt + 1, MAX_RESTARTS)
+        future = client.submit(fn, *args, key=f"nsdist-ingest-{token}-{i}" + (f"-redo{r}" if r else ""))
+        index[future] = i
+        running.add(future)
+
+    def collect(future: Future) -> None:
+        i = index.pop(future)
+        try:
+            results[i] = future.result()
+        except Exception as exc:  # a lost worker, lost block, dropped connection: redone; else raised
+            if not is_transient(exc) or restarts.get(i, 0) >= MAX_RESTARTS:
+                raise
+            restarts[i] = restarts.get(i, 0) + 1
+            log.warning("ingest: call %d was lost (%s: %s); redoing it (restart %d/%d)",
+                        i, type(exc).__name__, exc, restarts[i], MAX_RESTARTS)
+            submit(i)
+            return
+        del pending[i]
+
+    n = 0
     try:
-        for i, args in enumerate(calls):
+        for n, args in enumerate(calls, start=1):
             if running.count() >= limit:
-                future = next(running)
-                results[index[future]] = future.result()
-            args = tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in args)
-            future = client.submit(fn, *args, key=f"nsdist-ingest-{token}-{i}")
-            index[future] = i
-            running.add(future)
-        for future in running:
-            results[index[future]] = future.result()
+                collect(next(running))
+            pending[n - 1] = args
+            submit(n - 1)
+        for future in running:                # includes the redone calls added while iterating
+            collect(future)
     except Exception:
         for _ in running:
             pass
@@ -419,4 +458,4 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
     except BaseException:
         client.cancel(list(index))
         raise
-    return [results[i] for i in range(len(index))]
+    return [results[i] for i in range(n)]

@@ -32,6 +32,7 @@ import numpy as np
 from dask.base import tokenize
 from distributed import Client, Future
 
+from .._faults import MAX_RESTARTS, is_transient
 from ..data import Dataset
 from ..solvers.config import TrainConfig
 from ..solvers.kernel import EPOCH_STATS, SGDState, end_pass, mix_states, run_epochs
@@ -42,10 +43,6 @@ from .scaling import Scaling
 __all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block", "mix_round"]
 
 log = logging.getLogger("nsdist.engine")
-
-#: How many times work lost with a worker is redone before the error is raised (a step from the last gathered
-#: state; K-fold selection's lost fold fits, :mod:`nsdist.engine.folds`)
-MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -243,7 +240,7 @@ class PartitionChain:
             except Exception as exc:  # a lost worker, a cancelled future, a dropped connection
                 if failed_at != self._reported:     # progress since the last failure: a count of its own
                     restarts, failed_at = 0, self._reported
-                if not _is_transient(exc) or restarts >= self.max_restarts:
+                if not is_transient(exc) or restarts >= self.max_restarts:
                     raise
                 restarts += 1
                 log.warning("step %d of %d failed (%s: %s); redoing it from the last model (restart %d/%d)",
@@ -395,15 +392,3 @@ class PartitionChain:
     def epoch_stats(self) -> np.ndarray:
         """All per-epoch statistics gathered so far, in stream order."""
         return np.concatenate(self.stats) if self.stats else np.zeros(0, dtype=EPOCH_STATS)
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Failures of the cluster (not of the data or the math) that a redo can cure."""
-    from asyncio import CancelledError, TimeoutError as AsyncTimeout
-
-    from distributed.client import FutureCancelledError
-    from distributed.comm.core import CommClosedError
-    from distributed.scheduler import KilledWorker
-
-    return isinstance(exc, (KilledWorker, CancelledError, FutureCancelledError, CommClosedError,
-                            AsyncTimeout, ConnectionError)) or "lost dependencies" in str(exc)

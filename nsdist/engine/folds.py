@@ -8,7 +8,7 @@ estimator runs in-process, so the model is the same, bit for bit.  A fold fit
 lost with its worker, or with the worker that held the scattered rows (a task
 whose rows are gone is cancelled), is redone: the driver still holds the rows,
 so it scatters them again and resubmits the lost fits, up to
-:data:`~nsdist.engine.chain.MAX_RESTARTS` times.
+:data:`~nsdist._faults.MAX_RESTARTS` times.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any, Callable
 import numpy as np
 from dask.base import tokenize
 
+from .._faults import MAX_RESTARTS, is_transient
 from ..solvers.config import TrainConfig
-from .chain import MAX_RESTARTS, _is_transient
 
 __all__ = ["fold_tasks"]
 
@@ -45,7 +45,7 @@ def fold_tasks(client, fit_fold: FoldFit) -> Callable[[TrainConfig, Any, np.ndar
                 try:
                     done[f] = future.result()
                 except Exception as exc:  # a lost worker, lost rows, a dropped connection
-                    if not _is_transient(exc) or restart == MAX_RESTARTS:
+                    if not is_transient(exc) or restart == MAX_RESTARTS:
                         raise
                     lost = exc
             if lost is None:

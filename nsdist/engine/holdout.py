@@ -30,6 +30,7 @@ import logging
 import numpy as np
 from distributed import Client, fire_and_forget
 
+from .._faults import MAX_RESTARTS, is_transient
 from ..data import Dataset
 from ..solvers.blocks import gather_block
 from ..solvers.order import holdout_keys
@@ -290,7 +291,7 @@ class WorkerSample:
     """
 
     def __init__(self, client: Client, dataset: Dataset, partitions: list[int], *, dtype: str,
-                 max_restarts: int = 3) -> None:
+                 max_restarts: int = MAX_RESTARTS) -> None:
         self.client, self.dataset, self.partitions, self.dtype = client, dataset, partitions, dtype
         self.max_restarts = max_restarts
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
@@ -326,15 +327,13 @@ class WorkerSample:
     def _on_sample(self, fn):
         """``fn()`` (which submits tasks on the sample and gathers their result); a sample lost with its
         worker is read again."""
-        from .chain import _is_transient
-
         if not self.blocks:
             self._load()
         for attempt in range(self.max_restarts + 1):
             try:
                 return fn()
             except Exception as exc:  # a lost worker, a dropped connection
-                if not _is_transient(exc) or attempt == self.max_restarts:
+                if not is_transient(exc) or attempt == self.max_restarts:
                     raise
                 log.warning("the sample was lost (%s: %s); reading it again", type(exc).__name__, exc)
                 self._load()
