@@ -74,7 +74,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         Partitions loaded ahead of the chain (memory bound).
     checkpoint : str, optional
         URL of the driver checkpoint, written every ``checkpoint_every`` partitions
-        or ``checkpoint_seconds`` seconds; ``resume=True`` continues from it.
+        or ``checkpoint_seconds`` seconds; ``resume=True`` continues from it (a
+        streamed job only: an in-memory fit -- K-fold selection, FTRL, PSG, CP --
+        writes none, and ``resume=True`` is refused for it).
     checkpoint_options : dict, optional
         fsspec options of the checkpoint's URL (default: ``storage_options``).
     validation : (X, y), optional
@@ -156,6 +158,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                      FEW_POSITIVES, folds)
         phases["class_check"] = time.perf_counter() - t
         if not cfg.streaming or folds > 1:
+            if resume:      # an in-memory fit writes no checkpoint: a "resumed" one would silently start over
+                how = f"K-fold selection ({folds} folds)" if folds > 1 else f"solver {cfg.solver!r}"
+                raise ValueError(f"resume=True: nothing to resume -- this job fits by {how} on rows read onto "
+                                 "the driver, which writes no checkpoint; run it again without resume")
             model = _train_in_memory(c, cfg.with_folds(folds), ds)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,

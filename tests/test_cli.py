@@ -371,6 +371,12 @@ def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
     assert sorted(set(plotted["fold"])) == [0, 1, 2]
     assert plotted["best"] == [p["best"] for p in sel["validation_curve"]]
     assert plotted["epoch"] == [p["epoch"] for p in sel["validation_curve"]]
+    # nothing was checkpointed, so --resume is refused in one line, and the run directory stays as it was
+    files = {f: f.read_bytes() for f in out.rglob("*") if f.is_file() and f.name != "run.log"}
+    line = one_line_error(nsdist("train", out / "job.yaml", "--resume", env=env))
+    assert line == ("nsdist train: error: --resume: nothing to resume -- this job fits by K-fold selection "
+                    "(3 folds) on rows read onto the driver, which writes no checkpoint; run it again without resume")
+    assert {f: f.read_bytes() for f in out.rglob("*") if f.is_file() and f.name != "run.log"} == files
 
 
 def test_selection_summary_says_whether_the_runner_up_is_within_the_holdouts_resolution():

@@ -151,6 +151,10 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
         train(url, client=cluster, validation=(X[:100], y[:100]), **params)
     with pytest.raises(ValueError, match="not with validation=, n_chains > 1 or init_model="):
         train(url, client=cluster, n_chains=2, **params)
+    # an in-memory fit writes no checkpoint: resume=True is refused, not silently started over
+    for how, extra in (("K-fold selection \\(3 folds\\)", {}), ("solver 'ftrl'", {"solver": "ftrl", "validation_folds": 1})):
+        with pytest.raises(ValueError, match=f"nothing to resume -- this job fits by {how}"):
+            train(url, client=cluster, resume=True, checkpoint=str(tmp_path / "ck.json"), **{**params, **extra})
 
 
 def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
