@@ -8,6 +8,7 @@ here as in :class:`nsdist.NonDecomposableClassifier`; they are validated by it.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Callable
 
@@ -84,7 +85,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         ``{-1, +1}``): the selection scores the candidates on them instead of
         holding out part of the dataset.
     on_step : callable, optional
-        Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition.
+        Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition
+        step (K-fold selection: after each fold fit, ``unit="fold"``).
     init_model : LinearModel, optional
         Warm start (1PMB/2PMB): every candidate's first iterate is this model's
         weights (and intercept, where learned) instead of zero; the step
@@ -162,7 +164,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                 how = f"K-fold selection ({folds} folds)" if folds > 1 else f"solver {cfg.solver!r}"
                 raise ValueError(f"resume=True: nothing to resume -- this job fits by {how} on rows read onto "
                                  "the driver, which writes no checkpoint; run it again without resume")
-            model = _train_in_memory(c, cfg.with_folds(folds), ds)
+            model = _train_in_memory(c, cfg.with_folds(folds), ds, on_step)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
@@ -352,9 +354,10 @@ def _log_resolution(v_pos: int, folds: int = 1) -> None:
                  "'K-fold selection')", v_pos, AUTO_FOLDS, AUTO_FOLDS)
 
 
-def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
+def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, on_step=None) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
-    selection (``validation_folds > 1``, its fold fits as Dask tasks), by the estimator on every row in file
+    selection (``validation_folds > 1``, its fold fits as Dask tasks, each reported to ``on_step`` as it arrives:
+    :class:`~nsdist.engine.chain.ChainProgress` with ``unit="fold"``), by the estimator on every row in file
     order (it scales)."""
     from .estimator import NonDecomposableClassifier, fit_fold   # scikit-learn: ~1 s to import, only these fits need it
     blocks = [ds.read_partition(p.index) for p in ds.partitions]
@@ -364,7 +367,12 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset) -> LinearModel:
         log.info("K-fold selection: %d rows read onto the driver, %d fold fits as Dask tasks (not checkpointed: "
                  "a fit lost with its worker is rerun)", X.shape[0], cfg.validation_folds)
     t0 = time.perf_counter()
-    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold))
+
+    def on_fold(f: int, done: int, k: int) -> None:
+        if on_step is not None:
+            on_step(ChainProgress(done, k, 0, f, 0, math.nan, time.perf_counter() - t0, unit="fold"))
+
+    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold, on_fold))
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}
     if est.selection_ is not None:

@@ -1,4 +1,4 @@
-"""The driver's progress bar while a model trains (one tick per partition step)."""
+"""The driver's progress bar while a model trains (one tick per partition step, or per K-fold fit)."""
 from __future__ import annotations
 
 import math
@@ -16,7 +16,8 @@ class TrainingBar:
     """A tqdm bar fed by :class:`~nsdist.engine.chain.ChainProgress` reports.
 
     It shows the pass, the partition, rows per second and the current
-    surrogate loss (the mean over the partition's epochs).  Use it as the
+    surrogate loss (the mean over the partition's epochs); for K-fold
+    selection (``unit="fold"``) the fold fits done of ``K``.  Use it as the
     ``on_step`` callback of :func:`nsdist.train`, inside a ``with`` block.
 
     Parameters
@@ -40,13 +41,17 @@ class TrainingBar:
         if self._bar is None:
             # the first report of a resumed chain carries the rows of the earlier run
             self._origin = (0, 0.0) if p.step == 1 else (p.rows_seen, p.elapsed)
-            self._bar = tqdm(total=p.n_steps, initial=p.step - 1, unit="partition", desc="training",
+            self._bar = tqdm(total=p.n_steps, initial=p.step - 1, unit=p.unit,
+                             desc="K-fold selection" if p.unit == "fold" else "training",
                              file=self.file, disable=not self.enabled, dynamic_ncols=True)
-        rows, seconds = p.rows_seen - self._origin[0], p.elapsed - self._origin[1]
-        rate = f"{rows / seconds:,.0f}" if seconds > 0 else "-"
-        loss = "-" if math.isnan(p.loss) else f"{p.loss:.4g}"
-        self._bar.set_postfix_str(f"pass {p.pass_index + 1}/{self.n_passes}, partition {p.partition}, "
-                                  f"{rate} rows/s, loss {loss}", refresh=False)
+        if p.unit == "fold":           # a fold fit arrived: no partition, pass or loss to show
+            self._bar.set_postfix_str(f"fold {p.partition + 1} fitted", refresh=False)
+        else:
+            rows, seconds = p.rows_seen - self._origin[0], p.elapsed - self._origin[1]
+            rate = f"{rows / seconds:,.0f}" if seconds > 0 else "-"
+            loss = "-" if math.isnan(p.loss) else f"{p.loss:.4g}"
+            self._bar.set_postfix_str(f"pass {p.pass_index + 1}/{self.n_passes}, partition {p.partition}, "
+                                      f"{rate} rows/s, loss {loss}", refresh=False)
         self._bar.update(p.step - self._bar.n)
 
     def close(self) -> None:

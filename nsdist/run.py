@@ -274,11 +274,12 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     def on_step(p: ChainProgress) -> None:
         nonlocal previous, saved
         bar(p)
-        if previous is not None and previous.pass_index != p.pass_index:
-            pass_done(previous)
-        if p.step == p.n_steps:
-            pass_done(p)
-        previous = p
+        if p.unit == "partition":           # (a K-fold fit is logged where it arrives)
+            if previous is not None and previous.pass_index != p.pass_index:
+                pass_done(previous)
+            if p.step == p.n_steps:
+                pass_done(p)
+            previous = p
         if time.monotonic() - saved > 10:  # a killed run keeps its log up to here
             runlog.save()
             saved = time.monotonic()

@@ -256,6 +256,12 @@ def test_progress_bar_shows_pass_partition_rate_and_loss_only_on_a_terminal():
                 bar(report)
     assert "4/4" in drawn.getvalue() and "pass 2/2, partition 0, 1,000 rows/s, loss 0.25" in drawn.getvalue()
     assert quiet.getvalue() == ""
+    folds = io.StringIO()            # K-fold selection: a tick per fold fit, in the order they arrive
+    with TrainingBar("?", file=folds, enabled=True) as bar:
+        for done, f in enumerate((2, 0, 1), start=1):
+            bar(ChainProgress(done, 3, 0, f, 0, float("nan"), 0.1 * done, unit="fold"))
+    assert "K-fold selection" in folds.getvalue() and "3/3" in folds.getvalue()
+    assert "fold 2 fitted" in folds.getvalue() and "pass" not in folds.getvalue()
 
 
 def test_every_subcommand_help_explains_every_option_with_an_example():
@@ -365,6 +371,9 @@ def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
     # the learning curve: each fold's best validation measure against its steps (no partition streams)
     log = (out / "run.log").read_text()
     assert "K-fold selection streams no partitions" in log
+    assert sorted(line.split("K-fold selection: fold ")[1][:6] for line in log.splitlines()
+                  if "K-fold selection: fold " in line) == ["1 of 3", "2 of 3", "3 of 3"]
+    assert "pass 1 done" not in log
     assert "checkpoints:" not in log                       # nothing streams, so nothing is checkpointed
     assert json.loads((out / "metrics.json").read_text())["training"]["folds"] == 3
     plotted = json.loads(Image.open(out / "learning_curve.png").text["nsdist-curve"])

@@ -137,9 +137,13 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
     X, y = letter[0][:3000], letter[1][:3000]
     url = write_parquet(tmp_path / "kfold", X, y, rows_per_file=1000)
     params = dict(measure="prbep", validation_folds=3, random_state=1)
+    reports = []
     with get_task_stream(cluster) as stream:
-        model = train(url, client=cluster, **params)
+        model = train(url, client=cluster, on_step=reports.append, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    # each fold fit reported as it arrives: fits done of K, the fold, no partition state
+    assert [(p.unit, p.step, p.n_steps) for p in reports] == [("fold", 1, 3), ("fold", 2, 3), ("fold", 3, 3)]
+    assert sorted(p.partition for p in reports) == [0, 1, 2] and all(p.state is None for p in reports)
     folds = [t for t in stream.data if str(t["key"]).startswith("nsdist-fold-")]
     assert sorted(str(t["key"])[-2:] for t in folds) == ["-0", "-1", "-2"]      # one task per fold, on the workers
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())

@@ -127,14 +127,19 @@ class ChainProgress:
     ``rows_seen``, ``loss`` (mean over the step's epochs), ``elapsed`` and
     ``state`` (the :class:`SGDState` after the step).  A wide model's state
     (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read.
+    ``unit`` is ``"partition"``; K-fold selection, which streams no partition,
+    reports each fold fit as it arrives with ``unit="fold"`` (``step``: fits
+    done, ``n_steps``: ``K``, ``partition``: the fold, no state).
     """
 
-    __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "_state", "_future")
+    __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "_state",
+                 "_future")
 
     def __init__(self, step: int, n_steps: int, pass_index: int, partition: int, rows_seen: int, loss: float,
-                 elapsed: float, state: SGDState | None = None, future: Future | None = None) -> None:
+                 elapsed: float, state: SGDState | None = None, future: Future | None = None,
+                 unit: str = "partition") -> None:
         self.step, self.n_steps, self.pass_index, self.partition = step, n_steps, pass_index, partition
-        self.rows_seen, self.loss, self.elapsed = rows_seen, loss, elapsed
+        self.rows_seen, self.loss, self.elapsed, self.unit = rows_seen, loss, elapsed, unit
         self._state, self._future = state, future
 
     @property
@@ -145,7 +150,8 @@ class ChainProgress:
 
     def __repr__(self) -> str:
         return (f"ChainProgress(step={self.step}, n_steps={self.n_steps}, pass_index={self.pass_index}, "
-                f"partition={self.partition}, rows_seen={self.rows_seen}, loss={self.loss}, elapsed={self.elapsed})")
+                f"partition={self.partition}, rows_seen={self.rows_seen}, loss={self.loss}, elapsed={self.elapsed}, "
+                f"unit={self.unit!r})")
 
 
 #: a state of at least this many bytes (iterates and their sums) is not fetched by the driver after every

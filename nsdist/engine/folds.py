@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 from dask.base import tokenize
+from distributed import as_completed
 
 from .._faults import MAX_RESTARTS, is_transient
 from ..solvers.config import TrainConfig
@@ -29,25 +30,32 @@ log = logging.getLogger("nsdist.engine")
 FoldFit = Callable[[TrainConfig, Any, np.ndarray, np.ndarray, int], dict]
 
 
-def fold_tasks(client, fit_fold: FoldFit) -> Callable[[TrainConfig, Any, np.ndarray, np.ndarray], list[dict]]:
+def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], None] | None = None
+               ) -> Callable[[TrainConfig, Any, np.ndarray, np.ndarray], list[dict]]:
     """A ``map_folds`` (:meth:`nsdist.NonDecomposableClassifier.fit`) that runs ``fit_fold(cfg, X, y, fold, f)``
-    for ``f = 0 .. K-1`` as Dask tasks of ``client`` and returns their results in fold order."""
+    for ``f = 0 .. K-1`` as Dask tasks of ``client`` and returns their results in fold order; ``on_fold(f,
+    done, K)`` is called as each fit arrives (progress)."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
         k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold)
         done: dict[int, dict] = {}
         for restart in itertools.count():        # the last restart's loss raises
             rows = client.scatter({"X": X, "y": y, "fold": fold}, hash=False)
-            futures = {f: client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
-                                        key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else ""))
+            futures = {client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
+                                     key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
                        for f in range(k) if f not in done}
             lost = None
-            for f, future in futures.items():
+            for future in as_completed(futures):
+                f = futures[future]
                 try:
                     done[f] = future.result()
                 except Exception as exc:  # a lost worker, lost rows, a dropped connection
                     if not is_transient(exc) or restart == MAX_RESTARTS:
                         raise
                     lost = exc
+                    continue
+                log.info("K-fold selection: fold %d of %d fitted (%d done)", f + 1, k, len(done))
+                if on_fold is not None:
+                    on_fold(f, len(done), k)
             if lost is None:
                 return [done[f] for f in range(k)]
             log.warning("K-fold selection: %d of %d fold fits lost (%s: %s); scattering the rows again and "
