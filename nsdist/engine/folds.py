@@ -44,7 +44,7 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
                                      key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
                        for f in range(k) if f not in done}
             lost = None
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=client.loop):
                 f = futures[future]
                 try:
                     done[f] = future.result()
