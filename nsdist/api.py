@@ -164,7 +164,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                 how = f"K-fold selection ({folds} folds)" if folds > 1 else f"solver {cfg.solver!r}"
                 raise ValueError(f"resume=True: nothing to resume -- this job fits by {how} on rows read onto "
                                  "the driver, which writes no checkpoint; run it again without resume")
-            model = _train_in_memory(c, cfg.with_folds(folds), ds, on_step)
+            model = _train_in_memory(c, cfg.with_folds(folds), ds, dtype, on_step)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
@@ -354,13 +354,14 @@ def _log_resolution(v_pos: int, folds: int = 1) -> None:
                  "'K-fold selection')", v_pos, AUTO_FOLDS, AUTO_FOLDS)
 
 
-def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, on_step=None) -> LinearModel:
+def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
     selection (``validation_folds > 1``, its fold fits as Dask tasks, each reported to ``on_step`` as it arrives:
     :class:`~nsdist.engine.chain.ChainProgress` with ``unit="fold"``), by the estimator on every row in file
-    order (it scales)."""
+    order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on the workers, side by
+    side, and gathered in order."""
     from .estimator import NonDecomposableClassifier, fit_fold   # scikit-learn: ~1 s to import, only these fits need it
-    blocks = [ds.read_partition(p.index) for p in ds.partitions]
+    blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:

@@ -161,6 +161,21 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
             train(url, client=cluster, resume=True, checkpoint=str(tmp_path / "ck.json"), **{**params, **extra})
 
 
+@pytest.mark.parametrize("params", [dict(measure="prbep", random_state=1), dict(measure="pauc", solver="ftrl")],
+                         ids=["k-fold", "ftrl"])
+def test_in_memory_fits_read_float32_files_as_float32(cluster, tmp_path, letter, params):
+    """A job that fits in memory (the default's K-fold selection here, or a baseline solver) reads float32 files
+    in float32, as the streamed jobs do (``dtype`` follows the files): the model is the estimator's on the same
+    float32 rows, bit for bit, not the one it gives on float64 rows."""
+    X, y = letter[0][:3000].astype(np.float32), letter[1][:3000]
+    url = write_parquet(tmp_path / "f32", X, y, rows_per_file=1000)
+    model = train(url, client=cluster, **params)
+    assert model.params["dtype"] == "float32"
+    np.testing.assert_array_equal(model.coef, nsdist.NonDecomposableClassifier(**params).fit(X, y).coef_.ravel())
+    wide = nsdist.NonDecomposableClassifier(**params).fit(X.astype(np.float64), y).coef_.ravel()
+    assert not np.array_equal(model.coef, wide)
+
+
 def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     X, y = letter[0][:5000], letter[1][:5000]
     url = write_parquet(tmp_path / "one", X, y, rows_per_file=5000)
