@@ -1,4 +1,6 @@
-"""Cluster failures that redoing the work cures, and how often it is redone (docs/engine.md §Partition chain, "Failures").
+"""Cluster failures that redoing the work cures, and how often it is redone.
+
+(docs/engine.md §Partition chain, "Failures".)
 
 Every driver loop that submits work to Dask -- the partition chain, the
 workers' sample, K-fold selection's fold fits, ingest's calls -- redoes work

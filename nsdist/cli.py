@@ -169,8 +169,9 @@ def _add_train(sub) -> None:
                    help="override a job key, e.g. solver.eta=2 (repeatable)")
     for option, key, metavar, text in TRAIN_OPTIONS:
         p.add_argument(option, metavar=metavar, dest=key, help=f"{text} [{key}]")
-    p.add_argument("--resume", action="store_true", help="continue a killed streamed run from the checkpoint in the run directory (a job that "
-                        "fits in memory -- K-fold selection, ftrl, psg, cp -- writes none: run it again instead)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed streamed run from the checkpoint in the run directory (a job that fits "
+                        "in memory -- K-fold selection, ftrl, psg, cp -- writes none: run it again instead)")
     _add_storage_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off when stderr is not a "
                    "terminal)")
