@@ -433,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _quiet_dask_workers(not verbose), _warnings_as_lines(args.command, verbose):
             return args.run(args)
     except KeyboardInterrupt:
-        print("nsdist: interrupted (a training run continues with --resume)", file=sys.stderr)
+        print("nsdist: interrupted (a streamed training run continues with --resume; one that fits in memory, "
+              "such as K-fold selection, is run again)", file=sys.stderr)
         return 130
     except JobError as exc:
         if args.debug:
