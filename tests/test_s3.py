@@ -231,6 +231,22 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
     np.testing.assert_allclose(scores.column("score").to_numpy()[:1000], model.decision_function(X))
 
 
+def test_the_defaults_k_fold_selection_reads_s3_on_the_workers_and_is_the_estimators_model(s3, cluster):
+    """The default on the S3 copy of Letter selects by 5 folds (a holdout would hold 78 positives): the workers,
+    which have no credentials of their own, read the partitions with the forwarded options, the fold fits run
+    there, and the model is the estimator's on the same rows in file order, bit for bit."""
+    import nsdist
+
+    ds = Dataset.open(s3.url("letter"), storage_options=s3.options)
+    model = api.train(ds, client=cluster.address, measure="prbep", random_state=3)
+    assert model.history["folds"] == 5
+    blocks = [ds.read_partition(p.index) for p in ds.partitions]
+    X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    est = nsdist.NonDecomposableClassifier("prbep", random_state=3).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+
+
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
          "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 
