@@ -205,7 +205,8 @@ def test_ingest_with_a_worker_sigkilled_mid_phase_writes_the_identical_dataset(d
     from nsdist.data.ingest import ingest
 
     src = repo_data / "letter" / "letter-recognition.data"
-    options = dict(format="csv", label_column=0, positive="N", chunk_rows=2000, rows_per_partition=2000)   # 10 calls a phase
+    options = dict(format="csv", label_column=0, positive="N", chunk_rows=2000,
+                   rows_per_partition=2000)              # 10 calls a phase to catch in flight
     with dask_processes(3) as cluster, cluster.client() as client:
         reference = ingest(src, tmp_path / "reference", client=client, **options)
         kills: list[int] = []
