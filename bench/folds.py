@@ -39,11 +39,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from defaults import MEASURES, MEASURE_TITLE, _atomic_write, _lr, split  # noqa: E402
+from reliability import write_parquet  # noqa: E402
 
 import nsdist  # noqa: E402
 from nsdist import NonDecomposableClassifier  # noqa: E402
@@ -87,14 +86,12 @@ def whole_call(X: np.ndarray, y: np.ndarray, measure: str, repeats: int, referen
 
     seconds, same = [], True
     with tempfile.TemporaryDirectory() as tmp:
-        for i, a in enumerate(range(0, len(y), FILE_ROWS)):
-            cols = {f"f{j}": X[a:a + FILE_ROWS, j] for j in range(X.shape[1])}
-            pq.write_table(pa.table({**cols, "label": y[a:a + FILE_ROWS]}), f"{tmp}/part-{i:05d}.parquet")
+        url = write_parquet(Path(tmp) / "data", X, y, FILE_ROWS)
         for _ in range(repeats):
             with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
                     Client(cluster) as client:
                 t = time.perf_counter()
-                model = nsdist.train(tmp, client=client, measure=measure, random_state=0, **MEASURES[measure])
+                model = nsdist.train(url, client=client, measure=measure, random_state=0, **MEASURES[measure])
                 seconds.append(time.perf_counter() - t)
             same &= bool(np.array_equal(model.coef, reference.coef_.ravel())
                          and model.intercept == float(reference.intercept_[0]))

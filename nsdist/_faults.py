@@ -10,7 +10,11 @@ or of the math are raised at once.
 """
 from __future__ import annotations
 
-__all__ = ["MAX_RESTARTS", "is_transient"]
+from typing import Callable, TypeVar
+
+__all__ = ["MAX_RESTARTS", "is_transient", "redo_lost"]
+
+T = TypeVar("T")
 
 #: How many times work lost with a worker is redone before the error is raised
 MAX_RESTARTS = 3
@@ -27,3 +31,19 @@ def is_transient(exc: BaseException) -> bool:
 
     return isinstance(exc, (KilledWorker, CancelledError, FutureCancelledError, CommClosedError,
                             AsyncTimeout, ConnectionError)) or "lost dependencies" in str(exc)
+
+
+def redo_lost(attempt: Callable[[int], T], lost: Callable[[BaseException, int], None], *,
+              max_restarts: int = MAX_RESTARTS) -> T:
+    """``attempt(r)`` for ``r = 0, 1, ...`` until it returns: after a transient failure (:func:`is_transient`)
+    ``lost(exc, r + 1)`` runs (say so, reload what was lost) and the work is redone, at most ``max_restarts``
+    times; any other error, and the last redo's, is raised."""
+    restart = 0
+    while True:
+        try:
+            return attempt(restart)
+        except Exception as exc:  # a lost worker, a cancelled future, a dropped connection
+            if not is_transient(exc) or restart == max_restarts:
+                raise
+            restart += 1
+            lost(exc, restart)

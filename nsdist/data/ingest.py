@@ -28,12 +28,11 @@ was and nothing else behind.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,7 +44,7 @@ from distributed import Client, Future, as_completed
 from fsspec.spec import AbstractFileSystem
 
 from nsdist._connect import connect
-from nsdist._faults import MAX_RESTARTS, is_transient
+from nsdist._faults import MAX_RESTARTS, is_transient, redo_lost
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import access, check_absent, resolve, staging_directory
@@ -415,15 +414,10 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
 
     def submit(i: int) -> None:
         r = restarts.get(i, 0)
-        for attempt in itertools.count():    # the scatter itself can meet a worker that just died
-            try:
-                args = tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in pending[i])
-                break
-            except Exception as exc:
-                if not is_transient(exc) or attempt == MAX_RESTARTS:
-                    raise
-                log.warning("ingest: scattering block %d failed (%s: %s); again (restart %d/%d)",
-                            i, type(exc).__name__, exc, attempt + 1, MAX_RESTARTS)
+        args = redo_lost(          # the scatter itself can meet a worker that just died
+            lambda _: tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in pending[i]),
+            lambda exc, again: log.warning("ingest: scattering block %d failed (%s: %s); again (restart %d/%d)",
+                                           i, type(exc).__name__, exc, again, MAX_RESTARTS))
         future = client.submit(fn, *args, key=f"nsdist-ingest-{token}-{i}" + (f"-redo{r}" if r else ""))
         index[future] = i
         running.add(future)

@@ -12,7 +12,6 @@ so it scatters them again and resubmits the lost fits, up to
 """
 from __future__ import annotations
 
-import itertools
 import logging
 from typing import Any, Callable
 
@@ -20,7 +19,7 @@ import numpy as np
 from dask.base import tokenize
 from distributed import as_completed
 
-from .._faults import MAX_RESTARTS, is_transient
+from .._faults import MAX_RESTARTS, is_transient, redo_lost
 from ..solvers.config import TrainConfig
 
 __all__ = ["fold_tasks"]
@@ -38,7 +37,9 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
         k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold)
         done: dict[int, dict] = {}
-        for restart in itertools.count():        # the last restart's loss raises
+
+        def attempt(restart: int) -> list[dict]:
+            """Fit the folds not yet done; raise the first loss after collecting every fit that arrived."""
             rows = client.scatter({"X": X, "y": y, "fold": fold}, hash=False)
             futures = {client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
                                      key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
@@ -48,17 +49,22 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
                 f = futures[future]
                 try:
                     done[f] = future.result()
-                except Exception as exc:  # a lost worker, lost rows, a dropped connection
-                    if not is_transient(exc) or restart == MAX_RESTARTS:
+                except Exception as exc:  # a lost worker, lost rows, a dropped connection: redone below
+                    if not is_transient(exc):
                         raise
                     lost = exc
                     continue
                 log.info("K-fold selection: fold %d of %d fitted (%d done)", f + 1, k, len(done))
                 if on_fold is not None:
                     on_fold(f, len(done), k)
-            if lost is None:
-                return [done[f] for f in range(k)]
+            if lost is not None:
+                raise lost
+            return [done[f] for f in range(k)]
+
+        def lost(exc: BaseException, restart: int) -> None:
             log.warning("K-fold selection: %d of %d fold fits lost (%s: %s); scattering the rows again and "
-                        "redoing them (restart %d/%d)", k - len(done), k, type(lost).__name__, lost, restart + 1,
+                        "redoing them (restart %d/%d)", k - len(done), k, type(exc).__name__, exc, restart,
                         MAX_RESTARTS)
+
+        return redo_lost(attempt, lost)
     return map_folds

@@ -30,7 +30,7 @@ import logging
 import numpy as np
 from distributed import Client, fire_and_forget
 
-from .._faults import MAX_RESTARTS, is_transient
+from .._faults import MAX_RESTARTS, redo_lost
 from ..data import Dataset
 from ..solvers.blocks import gather_block
 from ..solvers.order import holdout_keys
@@ -329,14 +329,12 @@ class WorkerSample:
         worker is read again."""
         if not self.blocks:
             self._load()
-        for attempt in range(self.max_restarts + 1):
-            try:
-                return fn()
-            except Exception as exc:  # a lost worker, a dropped connection
-                if not is_transient(exc) or attempt == self.max_restarts:
-                    raise
-                log.warning("the sample was lost (%s: %s); reading it again", type(exc).__name__, exc)
-                self._load()
+
+        def lost(exc: BaseException, restart: int) -> None:
+            log.warning("the sample was lost (%s: %s); reading it again", type(exc).__name__, exc)
+            self._load()
+
+        return redo_lost(lambda restart: fn(), lost, max_restarts=self.max_restarts)
 
     def moments(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Row count, column means and squared deviations of the sample's rows (float64)."""
