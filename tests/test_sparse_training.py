@@ -183,6 +183,20 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
     assert np.array_equal(out["lazy"].W_sum[:, 1], 3 * W0[:, 1])
 
 
+
+def test_lazy_update_holds_the_live_candidates_row_major():
+    """With a frozen candidate the live columns are copied out row-major (C order): scipy's ``X @ W`` then
+    reads W as it lies instead of copying all d x M weights every epoch, and a step touches whole rows."""
+    from nsdist.solvers.kernel import SGDState
+    from nsdist.solvers.lazy import LazyWeights
+
+    st = SGDState.zeros(5000, 6)
+    st.W[:] = np.arange(30000.0).reshape(5000, 6)
+    cols = np.array([0, 2, 3, 5])
+    weights = LazyWeights(st, cols, None)
+    assert weights.W.flags.c_contiguous and weights.W_sum.flags.c_contiguous
+    np.testing.assert_array_equal(weights.W, st.W[:, cols])
+
 def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):
     """The block's ``W_sum += n W`` in slices of FINISH_ROWS rows (one not dividing d, a frozen candidate):
     the same bits as in one piece."""
@@ -196,6 +210,7 @@ def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):
     out = []
     for rows in (X.shape[1], 1000):
         monkeypatch.setattr(lazy, "FINISH_ROWS", rows)
+        monkeypatch.setattr(lazy, "COLUMN_ROWS", rows // 3)       # the live columns taken out and put back too
         out.append(run_epochs(start, X, y, population, buffer_size=100)[0])
     assert out[0].epoch > 0
     np.testing.assert_array_equal(out[1].W, out[0].W)
@@ -241,3 +256,22 @@ def test_lazy_engine_equals_estimator(cluster, tmp_path, solver):
     np.testing.assert_array_equal(engine.coef, est.coef_.ravel())
     assert engine.intercept == est.intercept_[0]
     assert np.array_equal(est.history_.column("step"), np.arange(1, len(est.history_) + 1))  # every epoch
+
+
+def test_a_diverging_candidate_in_the_lazy_update_warns_nothing():
+    """A candidate whose step overflows goes non-finite quietly (the selection drops it at its next check):
+    completing the block's iterate sum (``n W + sum``, inf - inf) raises no numpy warning either."""
+    import warnings
+    from dataclasses import replace
+
+    from nsdist.solvers.kernel import SGDState, run_epochs
+
+    X, y = _wide(n=600, seed=4)
+    population = _population(X.shape[1], X.shape[0])
+    population = replace(population, etas=tuple(1e300 if loss.name == "auc" else eta       # squared hinge
+                                                for loss, eta in zip(population.losses, population.etas)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        st, _ = run_epochs(SGDState.zeros(X.shape[1], len(population)), X, y, population, buffer_size=100)
+    blown = np.array([not np.isfinite(st.W_sum[:, m]).all() for m in range(len(population))])
+    assert blown.any() and not blown.all()

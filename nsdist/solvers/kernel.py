@@ -320,7 +320,7 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     with np.errstate(over="ignore", invalid="ignore"):   # a diverging candidate goes non-finite: the
         b = _epochs(st, X, y, slices, stats, weights, st.b[cols], losses, etas, learn_b, constant, cols,
                     reservoir)
-    weights.finish()                                      # selection drops it at its next check
+        weights.finish()                                  # selection drops it at its next check
     st.b[cols] = b
     return st, stats
 
