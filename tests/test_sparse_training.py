@@ -197,9 +197,11 @@ def test_lazy_update_holds_the_live_candidates_row_major():
     assert weights.W.flags.c_contiguous and weights.W_sum.flags.c_contiguous
     np.testing.assert_array_equal(weights.W, st.W[:, cols])
 
+
 def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):
     """The block's ``W_sum += n W`` in slices of FINISH_ROWS rows (one not dividing d, a frozen candidate):
     the same bits as in one piece."""
+    import nsdist.solvers.blocks as blocks
     import nsdist.solvers.lazy as lazy
     from nsdist.solvers.kernel import SGDState, run_epochs
 
@@ -210,7 +212,7 @@ def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):
     out = []
     for rows in (X.shape[1], 1000):
         monkeypatch.setattr(lazy, "FINISH_ROWS", rows)
-        monkeypatch.setattr(lazy, "COLUMN_ROWS", rows // 3)       # the live columns taken out and put back too
+        monkeypatch.setattr(blocks, "COLUMN_ROWS", rows // 3)       # the live columns taken out and put back too
         out.append(run_epochs(start, X, y, population, buffer_size=100)[0])
     assert out[0].epoch > 0
     np.testing.assert_array_equal(out[1].W, out[0].W)
@@ -275,3 +277,33 @@ def test_a_diverging_candidate_in_the_lazy_update_warns_nothing():
         st, _ = run_epochs(SGDState.zeros(X.shape[1], len(population)), X, y, population, buffer_size=100)
     blown = np.array([not np.isfinite(st.W_sum[:, m]).all() for m in range(len(population))])
     assert blown.any() and not blown.all()
+
+
+def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_path):
+    """Dask runs a step where moving its inputs costs least, judged by their sizes: it must see a population
+    state's arrays (here 2 x 2^16 x 31 float64, 45 MB with the full-batch candidate's memory; 520 MB at
+    2^20).  Seen as the 145 bytes of ``sys.getsizeof``, the state moved to every other block's worker and
+    no block moved.  Now the blocks (a few hundred kB) travel to the state; Dask's work stealing, which
+    weighs a move against the step's compute time, may still send a step to an idle worker now and then."""
+    from dask.sizeof import sizeof
+
+    from nsdist.engine.chain import state_bytes
+    from nsdist.solvers.kernel import SGDState
+
+    st = SGDState.zeros(1 << 12, 5)
+    assert sizeof(st) == state_bytes(st) >= st.W.nbytes + st.W_sum.nbytes
+    assert sizeof((st, np.zeros(3))) >= st.W.nbytes + st.W_sum.nbytes
+    X, y = _wide(n=4000, d=1 << 16, seed=9)
+    src = tmp_path / "wide.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)
+    ds = ingest(str(src), str(tmp_path / "wide"), format="svmlight", layout="sparse", n_features=X.shape[1],
+                rows_per_partition=500, shuffle=False, client=cluster)
+    cluster.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
+    model = train(ds.url, client=cluster, measure="prbep", validation_folds=1, max_passes=2, random_state=0)
+    assert len(model.history["selection"]) > 1
+    moved = cluster.run(lambda dask_worker: [(k, n) for t in dask_worker.transfer_incoming_log
+                                             for k, n in t["keys"].items()])
+    moved = [(k, n) for got in moved.values() for k, n in got]
+    states = [k for k, _ in moved if k.startswith("nsdist-step")]
+    blocks = [k for k, _ in moved if k.startswith("nsdist-load")]
+    assert blocks and 4 * len(states) <= len(blocks), moved

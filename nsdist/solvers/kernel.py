@@ -31,6 +31,7 @@ import numpy as np
 
 from ..losses.base import Loss, weight_gradient
 from .batch import BatchState
+from .blocks import take_columns
 from .lazy import LazyWeights, row_slice, use_lazy
 
 __all__ = ["Population", "SGDState", "EPOCH_STATS", "run_epochs", "end_pass", "epoch_slices", "project_l2",
@@ -161,16 +162,22 @@ class SGDState:
     def n_candidates(self) -> int:
         return self.W.shape[1]
 
-    def models(self, average: bool) -> tuple[np.ndarray, np.ndarray]:
-        """``(W, b)`` of every candidate (new arrays): the averaged iterates ``(mean of W_1..W_e, mean of
-        b_1..b_e)`` (the current ones if no step was taken) or the last ones; a full-batch candidate's
-        last accepted point either way."""
+    def models(self, average: bool, cols: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` of candidates ``cols`` (default: every one) as new arrays, ``W`` row-major of shape
+        ``(d, len(cols))``: the averaged iterates ``(mean of W_1..W_e, mean of b_1..b_e)`` (the current
+        ones if no step was taken) or the last ones; a full-batch candidate's last accepted point either
+        way.  Only the columns asked for are read (at ``d = 2^20`` a population's ``W`` is 260 MB)."""
+        cols = np.arange(self.n_candidates) if cols is None else np.asarray(cols, dtype=np.intp)
         if average and self.epoch > 0:
-            W, b = self.W_sum / self.epoch, self.b_sum / self.epoch
+            W, b = take_columns(self.W_sum, cols), self.b_sum[cols] / self.epoch
+            W /= self.epoch
         else:
-            W, b = self.W.copy(), self.b.copy()
+            W, b = take_columns(self.W, cols), self.b[cols].copy()
         if self.batch is not None:
-            W[:, self.batch.cols], b[self.batch.cols] = self.batch.models()
+            Wb, bb = self.batch.models()
+            for k, c in enumerate(self.batch.cols):
+                for j in np.flatnonzero(cols == c):
+                    W[:, j], b[j] = Wb[:, k], bb[k]
         return W, b
 
     def model(self, m: int, average: bool) -> tuple[np.ndarray, float]:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..losses.base import used_rows
+from .blocks import put_columns, take_columns
 
 __all__ = ["LazyWeights", "use_lazy", "row_slice", "LAZY_FEATURES", "LAZY_FRACTION"]
 
@@ -60,8 +61,6 @@ LAZY_FEATURES = 1 << 12
 LAZY_FRACTION = 1.0
 #: rows of ``W`` scaled at a time when a block's iterate sum is completed (:meth:`LazyWeights.finish`)
 FINISH_ROWS = 1 << 15
-#: rows of ``W`` copied at a time when the live candidates' columns are taken out and written back
-COLUMN_ROWS = 1 << 12
 
 
 def use_lazy(X, n_candidates: int, buffer_size: int, radius: float | None) -> bool:
@@ -198,17 +197,3 @@ class LazyWeights:
             put_columns(self.st.W, self.cols, self.W)
             put_columns(self.st.W_sum, self.cols, self.W_sum)
 
-
-def take_columns(A: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``A[:, cols]`` as a new C-ordered array, :data:`COLUMN_ROWS` rows at a time (numpy's ``A[:, cols]``
-    strides over the whole of ``A`` once per column: 2 to 4x slower at ``d = 2^20``)."""
-    out = np.empty((A.shape[0], cols.shape[0]), dtype=A.dtype)
-    for a in range(0, A.shape[0], COLUMN_ROWS):
-        np.take(A[a:a + COLUMN_ROWS], cols, axis=1, out=out[a:a + COLUMN_ROWS])
-    return out
-
-
-def put_columns(A: np.ndarray, cols: np.ndarray, B: np.ndarray) -> None:
-    """``A[:, cols] = B``, :data:`COLUMN_ROWS` rows at a time (as :func:`take_columns`)."""
-    for a in range(0, A.shape[0], COLUMN_ROWS):
-        A[a:a + COLUMN_ROWS, cols] = B[a:a + COLUMN_ROWS]

@@ -31,7 +31,7 @@ validation rows.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -116,25 +116,27 @@ class Selection:
     def check(self, cfg: TrainConfig, state: SGDState, X_val, y_val: np.ndarray) -> tuple[SGDState, bool]:
         """Score the live candidates, update the snapshots, halve; return the state and whether to stop."""
         self.checks += 1
-        state = state.copy()
+        state = replace(state, alive=state.alive.copy())    # a check changes only which candidates live
         cols = np.flatnonzero(state.alive)
-        W, b = state.models(cfg.average)
-        finite = np.all(np.isfinite(W[:, cols]), axis=0) & np.isfinite(b[cols])
+        W, b = state.models(cfg.average, cols)               # the live candidates' models, column j: cols[j]
+        finite = np.all(np.isfinite(W), axis=0) & np.isfinite(b)
         for c in cols[~finite]:
             self._drop(state, c, "diverged (non-finite weights)")
-        cols = cols[finite]
+        if not finite.all():
+            cols, W, b = cols[finite], W[:, finite], b[finite]
         batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
         if cols.size == 0:
             if not np.isfinite(self.value).any():
                 raise FloatingPointError("every candidate diverged (non-finite weights); set a smaller eta")
             self._record(state, batch)
             return state, True
-        values, b_eff = self.score(cfg, W[:, cols], b[cols], X_val, y_val)
+        values, b_eff = self.score(cfg, W, b, X_val, y_val)
         for c, v in zip(cols[~np.isfinite(values)], values[~np.isfinite(values)]):
             self._drop(state, c, "diverged (non-finite scores)")
         better = values > self.value[cols]
-        for c, v, be in zip(cols[better], values[better], b_eff[better]):
-            self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = v, W[:, c], be, state.epoch
+        for j in np.flatnonzero(better):
+            c = cols[j]
+            self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = values[j], W[:, j], b_eff[j], state.epoch
         self.best = max(self.best, float(values.max()) if values.size else -np.inf)
         halved = np.isfinite(values) & ~batch[cols]
         live, live_values = cols[halved], values[halved]
