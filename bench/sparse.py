@@ -689,7 +689,7 @@ def kernel_cost(work: Path) -> dict:
             cfg = TrainConfig.from_params(measure="prec@k", k=TRAIN_K, standardize=False, **params).resolve(
                 n_features=d, n_rows=10**6, mean_sq_norm=1.0, n_validation=1000)
             M = len(cfg.candidates)
-            n = 20_000 if M == 1 else 5_000
+            n = 20_000          # 40 epochs of 500 rows: the per-block copies of W (O(d M)) are not all it shows
             for bs in (500, 5000):
                 chosen = "lazy" if use_lazy(Xd[:n], M, bs, None) else "dense"
                 for update in dict.fromkeys((chosen, "dense")):
@@ -974,6 +974,10 @@ def markdown_training(t: dict) -> list[str]:
         for name, x in (op or {}).get("summary", {}).items():
             lines.append(f"| nsdist 1PMB, one pass, {name} | {x['train_seconds']:.0f} (whole job, median) | "
                          f"{_pct(x['test']['precision_at_k'])} | {_pct(x['test']['f1_score'])} | {_pct(x['test']['auc'])} |")
+        dd = t.get("text_defaults")
+        if dd and dd.get("test"):
+            lines.append(f"| nsdist defaults | {dd['train_seconds']:.0f} (whole job) | "
+                         f"{_pct(dd['test']['precision_at_k'])} | {_pct(dd['test']['f1_score'])} | {_pct(dd['test']['auc'])} |")
         dr = t.get("text_defaults_reduced")
         if dr and dr.get("test"):
             lines.append(f"| nsdist defaults, buffer_size=5000, max_passes=1 | {dr['train_seconds']:.0f} (whole job) | "
@@ -1006,10 +1010,13 @@ def markdown_training(t: dict) -> list[str]:
             for a in kc["rows"] for b in kc["rows"]
             if a.get("update") == "lazy" and b.get("update") == "dense" and a["d"] == b["d"] == 2**20
             and a["candidates"] == b["candidates"] and a["buffer_size"] == b["buffer_size"]) + ".", ""]
+        if kc.get("note"):
+            lines += [kc["note"], ""]
     for key, when in (("kernel_previous", "replaced by the ones above, before the changes above"),
                       ("kernel_older", "float64 rows, before the lazy update was used at one candidate")):
         old_k = t.get(key)
         if old_k:
+            when = old_k.get("label", when)
             lines += [f"Older kernel numbers ({when}; finished {old_k.get('finished', '?')}): " + "; ".join(
                 f"2^{int(np.log2(r['d']))} x {r['candidates']}, buffer {r['buffer_size']}"
                 + (f" ({r['update']})" if "update" in r else "") + f": {r['ms_per_epoch']:.1f} ms/epoch"
