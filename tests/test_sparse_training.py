@@ -279,14 +279,18 @@ def test_a_diverging_candidate_in_the_lazy_update_warns_nothing():
     assert blown.any() and not blown.all()
 
 
-def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_path):
+@pytest.mark.filterwarnings("ignore:Sending large graph:UserWarning")     # the gathered run embeds its state
+def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_path, monkeypatch):
     """Dask runs a step where moving its inputs costs least, judged by their sizes: it must see a population
     state's arrays (here 2 x 2^16 x 31 float64, 45 MB with the full-batch candidate's memory; 520 MB at
     2^20).  Seen as the 145 bytes of ``sys.getsizeof``, the state moved to every other block's worker and
     no block moved.  Now the blocks (a few hundred kB) travel to the state; Dask's work stealing, which
-    weighs a move against the step's compute time, may still send a step to an idle worker now and then."""
+    weighs a move against the step's compute time, may still send a step to an idle worker now and then.
+    Between segments the state is not sent back from the driver either (``with_alive``)."""
     from dask.sizeof import sizeof
+    from distributed import get_task_stream
 
+    import nsdist.engine.chain as chain
     from nsdist.engine.chain import state_bytes
     from nsdist.solvers.kernel import SGDState
 
@@ -298,8 +302,10 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     dump_svmlight_file(X, y, str(src), zero_based=False)
     ds = ingest(str(src), str(tmp_path / "wide"), format="svmlight", layout="sparse", n_features=X.shape[1],
                 rows_per_partition=500, shuffle=False, client=cluster)
+    kw = dict(measure="prbep", validation_folds=1, max_passes=3, buffer_size=50, random_state=0)   # 6 checks
     cluster.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
-    model = train(ds.url, client=cluster, measure="prbep", validation_folds=1, max_passes=2, random_state=0)
+    with get_task_stream(cluster) as stream:
+        model = train(ds.url, client=cluster, **kw)
     assert len(model.history["selection"]) > 1
     moved = cluster.run(lambda dask_worker: [(k, n) for t in dask_worker.transfer_incoming_log
                                              for k, n in t["keys"].items()])
@@ -307,3 +313,12 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     states = [k for k, _ in moved if k.startswith("nsdist-step")]
     blocks = [k for k, _ in moved if k.startswith("nsdist-load")]
     assert blocks and 4 * len(states) <= len(blocks), moved
+    # after each check the worker holding the segment's last state makes the next one from the alive mask (the
+    # driver's fetched copy is not scattered back): the same model as a chain that gathers every state
+    checks = len(model.history["validation_curve"])
+    made = [t["key"] for t in stream.data if t["key"].startswith("nsdist-alive")]
+    assert checks > 2 and len(made) == checks - 1, (made, checks)
+    monkeypatch.setattr(chain, "GATHER_BYTES", 1 << 40)
+    gathered = train(ds.url, client=cluster, **kw)
+    np.testing.assert_array_equal(model.coef, gathered.coef)
+    assert model.intercept == gathered.intercept

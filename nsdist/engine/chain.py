@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -42,7 +42,7 @@ from .reservoir import Reservoir
 from .scaling import Scaling
 
 __all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block", "mix_round",
-           "state_bytes"]
+           "state_bytes", "with_alive"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -100,6 +100,24 @@ def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: Chain
                               radius=cfg.config.radius,
                               reservoir=None if reservoir is None else (reservoir.X, reservoir.y))
     return (end_pass(state, cfg.config.population) if last_of_pass else state), stats
+
+
+def with_alive(handed: SGDState | tuple[SGDState, np.ndarray], alive: np.ndarray) -> SGDState:
+    """``handed``'s state with the candidates ``alive`` (runs on the worker that holds it): what a check
+    between two segments hands on, made without sending the state back from the driver."""
+    state = handed[0] if isinstance(handed, tuple) else handed
+    return replace(state, alive=np.array(alive, dtype=bool))
+
+
+def _alive_only(before: SGDState, after: SGDState) -> bool:
+    """``after`` is ``before`` but for which candidates live: its arrays views of the very same memory (the
+    state's constructor makes new views of them), its full-batch memory the same object, its counters equal."""
+    def same(a: np.ndarray, b: np.ndarray) -> bool:
+        return a.__array_interface__ == b.__array_interface__         # address, shape, strides, dtype
+
+    return (all(same(getattr(after, f), getattr(before, f)) for f in ("W", "W_sum", "b", "b_sum"))
+            and after.batch is before.batch
+            and (after.epoch, after.skipped, after.rows_seen) == (before.epoch, before.skipped, before.rows_seen))
 
 
 def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
@@ -239,6 +257,8 @@ class PartitionChain:
         self._spec = None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
         self._gates: tuple[int | None, list[Future]] = (None, [])     # (the step they lead into, the gates)
+        # a wide state's last segment end: its future (the state stays on the cluster) and the state fetched
+        self._tail: tuple[Future, SGDState] | None = None
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
@@ -269,6 +289,7 @@ class PartitionChain:
                 log.warning("step %d of %d failed (%s: %s); redoing it from the last model (restart %d/%d)",
                             self._pos + 1, len(self.steps), type(exc).__name__, exc, restarts, self.max_restarts)
                 self._spec = None                    # a lost worker may have held the scattered config
+                self._tail = None                    # ... or the segment's starting state: send the fetched one
                 if self.reservoir is not None:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
@@ -277,6 +298,7 @@ class PartitionChain:
         """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
         ahead, self._ahead = self._ahead, []
         self._gates = (None, [])
+        self._tail = None
         if ahead:
             with contextlib.suppress(Exception):
                 self.client.cancel(ahead)
@@ -307,13 +329,21 @@ class PartitionChain:
         # A wide starting state goes to the cluster by itself, not inside the first step's graph (16 MB at
         # d = 2^20: that step reached its worker late, and the worker had started a later load), and to the
         # worker that loads the first block, so that the step is ready the moment its block is.
+        # After a check the state differs from the one the last segment ended with only in which candidates
+        # live (Selection.check): the worker holding that one makes it from the mask, and the fetched copy
+        # (520 MB at d = 2^20 x 31 candidates) is not sent back.
         prev: Future | SGDState = self._state
         first_load: dict = {}
         if not self._gather:
-            home = next(iter(client.scheduler_info()["workers"]), None)
+            tail, self._tail = self._tail, None
+            holders = client.who_has([tail[0]]).get(tail[0].key, ()) if tail and _alive_only(tail[1], st) else ()
+            home = next(iter(holders or client.scheduler_info()["workers"]), None)
+            if holders:
+                prev = client.submit(with_alive, tail[0], st.alive, key=f"nsdist-alive-{token}", priority=1)
+            elif home is not None:
+                prev = client.scatter(self._state, workers=[home], hash=False)
             if home is not None:
                 first_load = dict(workers=[home], allow_other_workers=True)
-                prev = client.scatter(self._state, workers=[home], hash=False)
         nxt = self._pos
         per_round = max(1, cfg.n_chains)
         depth = max(1, self.prefetch // per_round)
@@ -370,6 +400,8 @@ class PartitionChain:
                     state, stats = fut.result()
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
+                    if not self._gather and i + 1 == self._stop:
+                        self._tail = (fut, state)
                     self._report(i, stats, state.rows_seen, state, None)
                 else:
                     stats, rows_seen = summary.result()
