@@ -63,17 +63,23 @@ def assert_same_model(a, b) -> None:
 
 
 # ------------------------------------------------------------------------ workers
-@pytest.mark.parametrize("solver, gather_bytes", [("1pmb", None), ("2pmb", None), ("1pmb", 0)],
-                         ids=["1pmb", "2pmb", "1pmb-state-left-on-cluster"])
+@pytest.mark.parametrize("solver, gather_bytes, buffer_size",
+                         [("1pmb", None, 500), ("2pmb", None, 500), ("1pmb", 0, 500), ("1pmb", 0, 50)],
+                         ids=["1pmb", "2pmb", "1pmb-state-left-on-cluster", "1pmb-state-left-on-cluster-checks"])
 def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes, letter_20, solver, gather_bytes,
-                                                                 reliability, monkeypatch):
+                                                                 buffer_size, reliability, monkeypatch):
     """Two of three workers are SIGKILLed during training (the one running the next step each
     time); the job finishes on the last worker with the undisturbed run's model, bit for bit.
     ``gather_bytes=0``: the driver fetches only the steps' statistics, as it does for a wide model
-    (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start."""
+    (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start; with
+    ``buffer_size=50`` a check comes every ten or so steps, and each segment after one starts from the
+    state the worker holding the last segment's end makes (``with_alive``) -- the worker killed next."""
+    from distributed import get_task_stream
+
     import nsdist.engine.chain as chain
 
-    params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7, validation_folds=1)   # streamed
+    params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7, validation_folds=1,   # streamed
+                  buffer_size=buffer_size)
     with dask_processes(3) as cluster, cluster.client() as client:
         reference = train(letter_20, client=client, **params)
         if gather_bytes is not None:
@@ -85,8 +91,12 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
                 victim = next_step_worker(client)
                 kills.append((p.step, victim, sigkill_worker(cluster, client, victim)))
 
-        survived = train(letter_20, client=client, on_step=kill_at, **params)
-        reliability("fault", f"SIGKILL 2 of 3 workers mid-training ({solver.upper()}, 40 partition steps)",
+        with get_task_stream(client) as stream:
+            survived = train(letter_20, client=client, on_step=kill_at, **params)
+        carried = [t for t in stream.data if t["key"].startswith("nsdist-alive")]
+        assert bool(carried) == (buffer_size == 50)
+        reliability("fault", f"SIGKILL 2 of 3 workers mid-training ({solver.upper()}, 40 partition steps"
+                    + (", checks every ~10 steps" if buffer_size == 50 else "") + ")",
                     injected=len(kills), survivors=len(client.scheduler_info()["workers"]))
         assert [(step, status) for step, _, status in kills] == [(7, -signal.SIGKILL), (23, -signal.SIGKILL)]
         assert kills[0][1] != kills[1][1]

@@ -307,14 +307,25 @@ class PartitionChain:
         cfg, client, steps = self.cfg, self.client, self.steps
         # the fingerprint does not say where the files are: two copies, or two datasets whose
         # files have the same names and sizes, must not share task keys (and so results)
-        # (the state by its arrays, which dask hashes as buffers: its to_dict() lists took seconds at d = 2^20)
+        # (the state by its arrays, which dask hashes as buffers: its to_dict() lists took seconds at d = 2^20;
+        # a wide state made from the last segment's end by the key of that end and the mask: hashing 520 MB
+        # took 0.3 s a segment)
         st = self._state
         job = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
                        cfg.token())
-        token = tokenize(job, (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
-                         None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
-                                                        st.batch.fx, st.batch.rows, st.batch.evaluations),
-                         self._pos)
+        # After a check the state differs from the one the last segment ended with only in which candidates
+        # live (Selection.check): the worker holding that one makes it from the mask, and the fetched copy
+        # (520 MB at d = 2^20 x 31 candidates) is not sent back.
+        tail, self._tail = self._tail, None
+        holders = () if self._gather or tail is None or not _alive_only(tail[1], st) else \
+            client.who_has([tail[0]]).get(tail[0].key, ())
+        if holders:
+            token = tokenize(job, tail[0].key, st.alive, self._pos)
+        else:
+            token = tokenize(job, (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
+                             None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
+                                                            st.batch.fx, st.batch.rows, st.batch.evaluations),
+                             self._pos)
         file_order = cfg.config.population.only_batch(st.alive)
         # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
@@ -329,14 +340,9 @@ class PartitionChain:
         # A wide starting state goes to the cluster by itself, not inside the first step's graph (16 MB at
         # d = 2^20: that step reached its worker late, and the worker had started a later load), and to the
         # worker that loads the first block, so that the step is ready the moment its block is.
-        # After a check the state differs from the one the last segment ended with only in which candidates
-        # live (Selection.check): the worker holding that one makes it from the mask, and the fetched copy
-        # (520 MB at d = 2^20 x 31 candidates) is not sent back.
         prev: Future | SGDState = self._state
         first_load: dict = {}
         if not self._gather:
-            tail, self._tail = self._tail, None
-            holders = client.who_has([tail[0]]).get(tail[0].key, ()) if tail and _alive_only(tail[1], st) else ()
             home = next(iter(holders or client.scheduler_info()["workers"]), None)
             if holders:
                 prev = client.submit(with_alive, tail[0], st.alive, key=f"nsdist-alive-{token}", priority=1)
