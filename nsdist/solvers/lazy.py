@@ -196,4 +196,3 @@ class LazyWeights:
         if not self.whole:
             put_columns(self.st.W, self.cols, self.W)
             put_columns(self.st.W_sum, self.cols, self.W_sum)
-

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .blocks import take_columns
 from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
 from .measure import cut_intercept, f1_threshold, get_measure, measure_function
@@ -123,7 +124,7 @@ class Selection:
         for c in cols[~finite]:
             self._drop(state, c, "diverged (non-finite weights)")
         if not finite.all():
-            cols, W, b = cols[finite], W[:, finite], b[finite]
+            cols, W, b = cols[finite], take_columns(W, np.flatnonzero(finite)), b[finite]
         batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
         if cols.size == 0:
             if not np.isfinite(self.value).any():
