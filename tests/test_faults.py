@@ -73,7 +73,7 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
     ``gather_bytes=0``: the driver fetches only the steps' statistics, as it does for a wide model
     (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start; with
     ``buffer_size=50`` a check comes every ten or so steps, and each segment after one starts from the
-    state the worker holding the last segment's end makes (``with_alive``) -- the worker killed next."""
+    state that the worker holding the last segment's end makes (``with_alive``); a kill may take that one."""
     from distributed import get_task_stream
 
     import nsdist.engine.chain as chain

@@ -183,7 +183,6 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
     assert np.array_equal(out["lazy"].W_sum[:, 1], 3 * W0[:, 1])
 
 
-
 def test_lazy_update_holds_the_live_candidates_row_major():
     """With a frozen candidate the live columns are copied out row-major (C order): scipy's ``X @ W`` then
     reads W as it lies instead of copying all d x M weights every epoch, and a step touches whole rows."""
