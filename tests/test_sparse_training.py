@@ -160,7 +160,8 @@ def test_lazy_sparse_updates_equal_dense_updates(which, dtype):
 
 
 def test_lazy_updates_across_blocks_and_frozen_candidates():
-    """Two blocks in a row, a warm start, a frozen candidate: still the dense update (W exactly)."""
+    """Two blocks in a row, a warm start, a frozen candidate: still the dense update (W exactly); the state
+    handed in, whose weights the lazy update shares and only reads, is left as it was."""
     from nsdist.solvers.kernel import SGDState, run_epochs
 
     X, y = _wide(n=1200, seed=7)
@@ -169,7 +170,7 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
     rng = np.random.default_rng(0)
     W0 = np.zeros((d, len(population)))
     W0[rng.choice(d, 500, replace=False)] = rng.normal(size=(500, len(population)))
-    start = SGDState(W=W0, W_sum=3 * W0, epoch=3)
+    start = SGDState(W=W0.copy(), W_sum=3 * W0, epoch=3)
     start.alive[1] = False
     out = {}
     for name, radius in (("lazy", None), ("dense", 1e300)):
@@ -178,6 +179,9 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
         out[name] = st
     np.testing.assert_array_equal(out["lazy"].W, out["dense"].W)
     np.testing.assert_array_equal(out["lazy"].W[:, 1], W0[:, 1])
+    np.testing.assert_array_equal(start.W, W0)
+    np.testing.assert_array_equal(start.W_sum, 3 * W0)
+    assert start.epoch == 3 and start.alive.sum() == len(population) - 1
     np.testing.assert_allclose(out["lazy"].W_sum, out["dense"].W_sum, rtol=1e-12,
                                atol=1e-12 * np.abs(out["dense"].W_sum).max())
     assert np.array_equal(out["lazy"].W_sum[:, 1], 3 * W0[:, 1])
