@@ -236,6 +236,50 @@ def test_a_step_leaves_the_state_it_was_handed_unchanged():
     assert state.to_dict() == before and after_block.batch.S is state.batch.S
 
 
+@pytest.mark.parametrize("layout", ["dense", "csr"])
+def test_a_state_is_the_one_it_started_from_with_what_its_blocks_changed(layout):
+    """The engine's driver fetches at a segment's end only what the segment can have changed (the live and
+    full-batch candidates' columns, the intercepts and counters, the full-batch sums; the L-BFGS memory when
+    a pass ended) and applies it to the state the segment started from: that is the segment's end state bit
+    for bit -- through blocks, a pass end and a data-parallel mix of 3 chains (whose mean of 3 equal frozen
+    columns would round)."""
+    import scipy.sparse as sp
+
+    X, y = ill_conditioned(n=1200, d=40, seed=3)
+    X[np.abs(X) < 1.0] = 0.0                      # some zeros, so that the CSR blocks are sparse
+    blocks = [X[a:a + 300] for a in range(0, 1200, 300)]
+    blocks = [sp.csr_matrix(b) if layout == "csr" else np.asfortranarray(b) for b in blocks]
+    cfg = TrainConfig.from_params(measure="pauc", beta=0.1).resolve(n_features=40, n_rows=1200, mean_sq_norm=30.0,
+                                                                    n_validation=100)
+    population = cfg.population
+    assert population.batch_cols.size == 1 and len(population) > 6
+
+    def run(state, part):
+        return run_epochs(state, blocks[part], y[part * 300:(part + 1) * 300], population, buffer_size=50)[0]
+
+    start = end_pass(run(run(SGDState.zeros(40, len(population)), 0), 1), population)
+    start.alive[1::2] = False                     # frozen by the selection (the full-batch one stays alive)
+    start.alive[population.batch_cols] = True
+
+    def same(a: SGDState, b: SGDState) -> bool:
+        return a.to_dict() == b.to_dict()
+
+    ends = {"a block": run(start, 2),                                   # no pass ends: the L-BFGS memory stays
+            "two blocks and a pass end": end_pass(run(run(start, 2), 3), population),
+            "a mix of 3 chains": mix_states(start, [run(start, p) for p in (1, 2, 3)])}
+    for what, end in ends.items():
+        change = end.change(start.alive, start.batch.evaluations)
+        assert same(start.changed(change), end), what
+        assert change.W.shape == (40, int(start.alive.sum())), what      # the frozen columns did not travel
+        assert (change.rest.batch is None) == (end.batch.evaluations == start.batch.evaluations), what
+        frozen = ~start.alive
+        np.testing.assert_array_equal(end.W[:, frozen], start.W[:, frozen], err_msg=what)
+        np.testing.assert_array_equal(end.W_sum[:, frozen], start.W_sum[:, frozen], err_msg=what)
+    first = SGDState.zeros(40, len(population))     # before any block: no full-batch memory to start from
+    end = run(first, 0)
+    assert same(first.changed(end.change(first.alive, None)), end)
+
+
 @pytest.mark.parametrize("gather_bytes", [None, 0], ids=["state-gathered", "state-left-on-cluster"])
 def test_resume_mid_pass_with_the_full_batch_candidate_gives_the_identical_model(cluster, tmp_path, gather_bytes,
                                                                                 monkeypatch):

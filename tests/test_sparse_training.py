@@ -289,7 +289,8 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     2^20).  Seen as the 145 bytes of ``sys.getsizeof``, the state moved to every other block's worker and
     no block moved.  Now the blocks (a few hundred kB) travel to the state; Dask's work stealing, which
     weighs a move against the step's compute time, may still send a step to an idle worker now and then.
-    Between segments the state is not sent back from the driver either (``with_alive``)."""
+    Between segments the state is not sent back from the driver either (``with_alive``), nor fetched whole:
+    the driver applies what each segment changed to the state it started from."""
     from dask.sizeof import sizeof
     from distributed import get_task_stream
 
@@ -321,7 +322,14 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     checks = len(model.history["validation_curve"])
     made = [t["key"] for t in stream.data if t["key"].startswith("nsdist-alive")]
     assert checks > 2 and len(made) == checks - 1, (made, checks)
+    # ... the driver fetched, at each segment's end, what the segment changed, not the whole state, and the job
+    # started from zeros made on a worker, not sent there
+    changes = [t["key"] for t in stream.data if t["key"].startswith("nsdist-change")]
+    zeros = [t["key"] for t in stream.data if t["key"].startswith("nsdist-zero")]
+    assert len(changes) == checks and len(zeros) == 1, (changes, zeros)
     monkeypatch.setattr(chain, "GATHER_BYTES", 1 << 40)
     gathered = train(ds.url, client=cluster, **kw)
     np.testing.assert_array_equal(model.coef, gathered.coef)
     assert model.intercept == gathered.intercept
+    assert model.history["selection"] == gathered.history["selection"]
+    assert model.history["validation_curve"] == gathered.history["validation_curve"]

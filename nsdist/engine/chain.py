@@ -14,10 +14,10 @@ the dataset is.  It runs the plan segment by segment (:meth:`PartitionChain.run`
 candidates (:func:`nsdist.solvers.sgd.drive`).  It gathers each ``state_i``
 (``d x M`` floats and the per-epoch statistics) as it completes, for the
 history, the progress bar and the checkpoints -- for a wide state (at least
-:data:`GATHER_BYTES`) only the statistics, the state itself at the segment's
-end or when asked for; a lost or failed step is redone from the last gathered
-state, which gives the same model because every step is a pure function of its
-inputs.
+:data:`GATHER_BYTES`) only the statistics, and at the segment's end what the
+segment changed (:func:`segment_change`), the whole state only when asked for;
+a lost or failed step is redone from the last gathered state, which gives the
+same model because every step is a pure function of its inputs.
 """
 from __future__ import annotations
 
@@ -36,13 +36,13 @@ from distributed import Client, Future
 from .._faults import MAX_RESTARTS, is_transient
 from ..data import Dataset
 from ..solvers.config import TrainConfig
-from ..solvers.kernel import EPOCH_STATS, SGDState, end_pass, mix_states, run_epochs
+from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_states, run_epochs
 from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .reservoir import Reservoir
 from .scaling import Scaling
 
 __all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block", "mix_round",
-           "state_bytes", "with_alive"]
+           "state_bytes", "with_alive", "segment_change", "zero_state"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -126,6 +126,26 @@ def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
     return stats, state.rows_seen
 
 
+def segment_change(result: tuple[SGDState, np.ndarray], alive: np.ndarray, evaluations: int | None
+                   ) -> tuple[StateChange, np.ndarray]:
+    """What the driver fetches at the end of a segment of a wide state (runs where the state lives): what the
+    segment changed in the state it started from (live candidates ``alive``, ``evaluations`` full-batch
+    passes; :meth:`SGDState.change`), and the last step's epoch statistics."""
+    state, stats = result
+    return state.change(alive, evaluations), stats
+
+
+def zero_state(d: int, alive: np.ndarray) -> SGDState:
+    """``w_0 = 0`` for the candidates ``alive``, made on the worker that steps first instead of sent there."""
+    return replace(SGDState.zeros(d, alive.shape[0]), alive=np.array(alive, dtype=bool))
+
+
+def _is_zero(state: SGDState) -> bool:
+    """``state`` is :func:`zero_state`'s: no step taken, every iterate and sum 0."""
+    return (state.epoch == state.skipped == state.rows_seen == 0 and state.batch is None
+            and not any(a.any() for a in (state.W, state.W_sum, state.b, state.b_sum)))
+
+
 def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray],
               last_of_pass: ChainConfig | None = None) -> tuple[SGDState, np.ndarray]:
     """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order.
@@ -191,8 +211,9 @@ def state_bytes(state: SGDState) -> int:
 
 #: a state of at least this many bytes (iterates and their sums) is not fetched by the driver after every
 #: step, only its statistics: at d = 2^20 the 16 MB fetch cost the workers about 8% of a one-pass job
-#: (bench/results/sparse.md).  It is fetched at a segment's end, for a checkpoint, and when an on_step
-#: callback reads ``ChainProgress.state``.
+#: (bench/results/sparse.md).  At a segment's end the driver fetches what the segment changed
+#: (:func:`segment_change`), the whole state for a checkpoint and when an on_step callback reads
+#: ``ChainProgress.state``.
 GATHER_BYTES = 1 << 20
 
 
@@ -327,6 +348,7 @@ class PartitionChain:
                                                             st.batch.fx, st.batch.rows, st.batch.evaluations),
                              self._pos)
         file_order = cfg.config.population.only_batch(st.alive)
+        evaluations = None if st.batch is None else st.batch.evaluations
         # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
         load_token = tokenize(job, file_order)
@@ -346,6 +368,9 @@ class PartitionChain:
             home = next(iter(holders or client.scheduler_info()["workers"]), None)
             if holders:
                 prev = client.submit(with_alive, tail[0], st.alive, key=f"nsdist-alive-{token}", priority=1)
+            elif home is not None and _is_zero(st):       # a job's start: 520 MB of zeros took 2.5 s to send
+                prev = client.submit(zero_state, st.W.shape[0], st.alive, key=f"nsdist-zero-{token}",
+                                     workers=[home], allow_other_workers=True, priority=1)
             elif home is not None:
                 prev = client.scatter(self._state, workers=[home], hash=False)
             if home is not None:
@@ -387,6 +412,9 @@ class PartitionChain:
                     if not self._gather and end + 1 < self._stop:   # a wide state stays on the cluster
                         summary = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
                                                 priority=3)
+                    elif not self._gather:     # ... and at the segment's end only what the segment changed comes
+                        summary = client.submit(segment_change, prev, st.alive, evaluations,
+                                                key=f"nsdist-change-{token}-{end}", priority=3)
                     inflight.append((end, prev, results, summary))
                     if self._gather and per_round == 1:
                         gates.append(prev)
@@ -402,8 +430,12 @@ class PartitionChain:
                                        for k, j in enumerate(range(nxt, min(nxt + depth * per_round, len(steps))))]
                 ahead = []          # the steps that use them hold them now (a held block counts against prefetch)
                 i, fut, _, summary = inflight[0]
-                if summary is None:
-                    state, stats = fut.result()
+                if summary is None or i + 1 == self._stop:
+                    if summary is None:
+                        state, stats = fut.result()
+                    else:           # the state the segment started from, with what the segment changed
+                        change, stats = summary.result()
+                        state = st.changed(change)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
                     if not self._gather and i + 1 == self._stop:

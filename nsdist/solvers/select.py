@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .blocks import take_columns
+from .blocks import put_columns, take_columns
 from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
 from .measure import cut_intercept, f1_threshold, get_measure, measure_function
@@ -134,10 +134,9 @@ class Selection:
         values, b_eff = self.score(cfg, W, b, X_val, y_val)
         for c, v in zip(cols[~np.isfinite(values)], values[~np.isfinite(values)]):
             self._drop(state, c, "diverged (non-finite scores)")
-        better = values > self.value[cols]
-        for j in np.flatnonzero(better):
-            c = cols[j]
-            self.value[c], self.W[:, c], self.b[c], self.at_epoch[c] = values[j], W[:, j], b_eff[j], state.epoch
+        up = np.flatnonzero(values > self.value[cols])      # the candidates whose snapshot improved
+        self.value[cols[up]], self.b[cols[up]], self.at_epoch[cols[up]] = values[up], b_eff[up], state.epoch
+        put_columns(self.W, cols[up], take_columns(W, up))  # by row chunks: 0.6-1.4 s column by column at 2^20 x 31
         self.best = max(self.best, float(values.max()) if values.size else -np.inf)
         halved = np.isfinite(values) & ~batch[cols]
         live, live_values = cols[halved], values[halved]
