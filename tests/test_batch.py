@@ -2,6 +2,8 @@
 gradient a pass, inside the population of the default fit and of the engine."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -278,6 +280,20 @@ def test_a_state_is_the_one_it_started_from_with_what_its_blocks_changed(layout)
     first = SGDState.zeros(40, len(population))     # before any block: no full-batch memory to start from
     end = run(first, 0)
     assert same(first.changed(end.change(first.alive, None)), end)
+    # the engine steps a wide state narrowed to the candidates that train (the alive and full-batch ones):
+    # widened back, it is the whole state's run bit for bit
+    cols = np.union1d(np.flatnonzero(start.alive), population.batch_cols)
+    narrow_cfg = replace(cfg, candidates=tuple(cfg.candidates[c] for c in cols))
+    narrow = start.narrowed(cols)
+    assert narrow.W.shape == (40, cols.size) and narrow.batch.cols.tolist() == [cols.tolist().index(
+        int(population.batch_cols[0]))]
+    for last in (False, True):
+        whole, part = run(start, 2), run_epochs(narrow, blocks[2], y[600:900], narrow_cfg.population,
+                                                buffer_size=50)[0]
+        if last:
+            whole, part = end_pass(whole, population), end_pass(part, narrow_cfg.population)
+        assert same(start.widened(part, cols), whole), last
+        assert same(start.widened(narrow.changed(part.change(narrow.alive, narrow.batch.evaluations)), cols), whole)
 
 
 @pytest.mark.parametrize("gather_bytes", [None, 0], ids=["state-gathered", "state-left-on-cluster"])

@@ -58,6 +58,12 @@ class ChainConfig:
     scaling: Scaling | None = None
     n_chains: int = 1
 
+    def narrowed(self, cols: np.ndarray) -> "ChainConfig":
+        """The config of a narrowed state's segment (:meth:`SGDState.narrowed`): the candidates ``cols``."""
+        if cols.size == len(self.config.candidates):
+            return self
+        return replace(self, config=replace(self.config, candidates=tuple(self.config.candidates[c] for c in cols)))
+
     def token(self) -> str:
         scaling = None if self.scaling is None else (self.scaling.mean, self.scaling.scale)
         holdout = None if self.holdout is None else self.holdout.to_dict()
@@ -102,11 +108,12 @@ def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: Chain
     return (end_pass(state, cfg.config.population) if last_of_pass else state), stats
 
 
-def with_alive(handed: SGDState | tuple[SGDState, np.ndarray], alive: np.ndarray) -> SGDState:
-    """``handed``'s state with the candidates ``alive`` (runs on the worker that holds it): what a check
-    between two segments hands on, made without sending the state back from the driver."""
+def with_alive(handed: SGDState | tuple[SGDState, np.ndarray], alive: np.ndarray, keep: np.ndarray) -> SGDState:
+    """``handed``'s state narrowed to its candidates ``keep`` (:meth:`SGDState.narrowed`), with the candidates
+    ``alive`` (runs on the worker that holds it): what a check between two segments hands on, made without
+    sending the state back from the driver."""
     state = handed[0] if isinstance(handed, tuple) else handed
-    return replace(state, alive=np.array(alive, dtype=bool))
+    return replace(state.narrowed(keep), alive=np.array(alive, dtype=bool))
 
 
 def _alive_only(before: SGDState, after: SGDState) -> bool:
@@ -173,19 +180,19 @@ class ChainProgress:
     """
 
     __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "_state",
-                 "_future")
+                 "_fetch")
 
     def __init__(self, step: int, n_steps: int, pass_index: int, partition: int, rows_seen: int, loss: float,
-                 elapsed: float, state: SGDState | None = None, future: Future | None = None,
+                 elapsed: float, state: SGDState | None = None, fetch: Callable[[], SGDState] | None = None,
                  unit: str = "partition") -> None:
         self.step, self.n_steps, self.pass_index, self.partition = step, n_steps, pass_index, partition
         self.rows_seen, self.loss, self.elapsed, self.unit = rows_seen, loss, elapsed, unit
-        self._state, self._future = state, future
+        self._state, self._fetch = state, fetch
 
     @property
     def state(self) -> SGDState | None:
-        if self._state is None and self._future is not None:
-            self._state = self._future.result()[0]
+        if self._state is None and self._fetch is not None:
+            self._state = self._fetch()
         return self._state
 
     def __repr__(self) -> str:
@@ -275,11 +282,12 @@ class PartitionChain:
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
         self._res_future = None
-        self._spec = None
+        self._spec, self._spec_cols = None, None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
         self._gates: tuple[int | None, list[Future]] = (None, [])     # (the step they lead into, the gates)
-        # a wide state's last segment end: its future (the state stays on the cluster) and the state fetched
-        self._tail: tuple[Future, SGDState] | None = None
+        # a wide state's last segment end: its future (the narrowed state stays on the cluster), the state as
+        # the driver holds it, the columns it was narrowed to
+        self._tail: tuple[Future, SGDState, np.ndarray] | None = None
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
@@ -338,8 +346,13 @@ class PartitionChain:
         # live (Selection.check): the worker holding that one makes it from the mask, and the fetched copy
         # (520 MB at d = 2^20 x 31 candidates) is not sent back.
         tail, self._tail = self._tail, None
-        holders = () if self._gather or tail is None or not _alive_only(tail[1], st) else \
-            client.who_has([tail[0]]).get(tail[0].key, ())
+        # A wide state's segment steps only the candidates that train, alive or full-batch (a frozen one's
+        # columns would be copied at every step: 520 MB at d = 2^20 x 31), narrowed (SGDState.narrowed).
+        cols = np.arange(st.n_candidates) if self._gather else \
+            np.union1d(np.flatnonzero(st.alive), cfg.config.population.batch_cols)
+        start = st.narrowed(cols)
+        holders = () if self._gather or tail is None or not _alive_only(tail[1], st) \
+            or not np.isin(cols, tail[2]).all() else client.who_has([tail[0]]).get(tail[0].key, ())
         if holders:
             token = tokenize(job, tail[0].key, st.alive, self._pos)
         else:
@@ -353,10 +366,12 @@ class PartitionChain:
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
         load_token = tokenize(job, file_order)
         ahead, self._ahead = self._ahead, []      # held until this segment has asked for them
-        if self._spec is None:     # the config (its scaling: 2 d floats) and the dataset (paths, schema)
-            # travel once, not in every task
-            self._spec = client.scatter(cfg, broadcast=True, hash=False)
-            self._ds = client.scatter(self.dataset, broadcast=True, hash=False)
+        if self._spec is None or not np.array_equal(self._spec_cols, cols):
+            # the config (its scaling: 2 d floats) and the dataset (paths, schema) travel once, not in every
+            # task; the config again when the candidates trained change
+            if self._spec is None:
+                self._ds = client.scatter(self.dataset, broadcast=True, hash=False)
+            self._spec, self._spec_cols = client.scatter(cfg.narrowed(cols), broadcast=True, hash=False), cols
         spec, ds = self._spec, self._ds
         inflight: deque[tuple[int, Future, list[Future], Future | None]] = deque()
         # A wide starting state goes to the cluster by itself, not inside the first step's graph (16 MB at
@@ -367,12 +382,13 @@ class PartitionChain:
         if not self._gather:
             home = next(iter(holders or client.scheduler_info()["workers"]), None)
             if holders:
-                prev = client.submit(with_alive, tail[0], st.alive, key=f"nsdist-alive-{token}", priority=1)
+                prev = client.submit(with_alive, tail[0], start.alive, np.searchsorted(tail[2], cols),
+                                     key=f"nsdist-alive-{token}", priority=1)
             elif home is not None and _is_zero(st):       # a job's start: 520 MB of zeros took 2.5 s to send
-                prev = client.submit(zero_state, st.W.shape[0], st.alive, key=f"nsdist-zero-{token}",
+                prev = client.submit(zero_state, st.W.shape[0], start.alive, key=f"nsdist-zero-{token}",
                                      workers=[home], allow_other_workers=True, priority=1)
             elif home is not None:
-                prev = client.scatter(self._state, workers=[home], hash=False)
+                prev = client.scatter(start, workers=[home], hash=False)
             if home is not None:
                 first_load = dict(workers=[home], allow_other_workers=True)
         nxt = self._pos
@@ -413,7 +429,7 @@ class PartitionChain:
                         summary = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
                                                 priority=3)
                     elif not self._gather:     # ... and at the segment's end only what the segment changed comes
-                        summary = client.submit(segment_change, prev, st.alive, evaluations,
+                        summary = client.submit(segment_change, prev, start.alive, evaluations,
                                                 key=f"nsdist-change-{token}-{end}", priority=3)
                     inflight.append((end, prev, results, summary))
                     if self._gather and per_round == 1:
@@ -435,16 +451,16 @@ class PartitionChain:
                         state, stats = fut.result()
                     else:           # the state the segment started from, with what the segment changed
                         change, stats = summary.result()
-                        state = st.changed(change)
+                        state = st.widened(start.changed(change), cols)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
                     if not self._gather and i + 1 == self._stop:
-                        self._tail = (fut, state)
+                        self._tail = (fut, state, cols)
                     self._report(i, stats, state.rows_seen, state, None)
                 else:
                     stats, rows_seen = summary.result()
                     inflight.popleft()
-                    self._report(i, stats, rows_seen, None, fut)
+                    self._report(i, stats, rows_seen, None, lambda f=fut: st.widened(f.result()[0], cols))
         except BaseException:
             # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
             # and the failed step now, so that they neither stay in the workers' memory nor answer
@@ -463,7 +479,7 @@ class PartitionChain:
                                   key=f"nsdist-load-{token}-{i}", retries=2, **where)
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
-                future: Future | None) -> None:
+                fetch: Callable[[], SGDState] | None) -> None:
         """Step ``i`` is done: keep its statistics and call ``on_step`` (once: a step redone after a failure
         is not reported again -- it computes the same numbers)."""
         if i < self._reported:
@@ -476,7 +492,7 @@ class PartitionChain:
                 step=i + 1, n_steps=len(self.steps), pass_index=self.steps[i].pass_index,
                 partition=self.steps[i].block, rows_seen=rows_seen,
                 loss=float(done["loss"].mean()) if done.size else float("nan"),
-                elapsed=self.elapsed(), state=state, future=future))
+                elapsed=self.elapsed(), state=state, fetch=fetch))
 
     def elapsed(self) -> float:
         """Seconds of this job so far (a resumed job adds the interrupted run's)."""

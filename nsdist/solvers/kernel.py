@@ -197,6 +197,31 @@ class SGDState:
                        b_sum=self.b_sum.copy(), alive=self.alive.copy(),
                        batch=None if self.batch is None else self.batch.copy(deep=deep_batch))
 
+    def narrowed(self, cols: np.ndarray) -> "SGDState":
+        """The state of candidates ``cols`` (sorted, holding every full-batch column) alone: their columns,
+        row-major, the full-batch memory's columns renumbered.  Once the selection has frozen most candidates
+        the engine steps this one, so that a step copies ``d x len(cols)`` floats, not ``d x M``
+        (:meth:`widened` puts it back); the kernel computes each candidate's column as it does in the whole."""
+        cols = np.asarray(cols, dtype=np.intp)
+        if cols.size == self.n_candidates:
+            return self
+        batch = None if self.batch is None else replace(self.batch, cols=np.searchsorted(cols, self.batch.cols))
+        return replace(self, W=take_columns(self.W, cols), b=self.b[cols], W_sum=take_columns(self.W_sum, cols),
+                       b_sum=self.b_sum[cols], alive=self.alive[cols], batch=batch)
+
+    def widened(self, narrow: "SGDState", cols: np.ndarray) -> "SGDState":
+        """This state with candidates ``cols`` and the counters taken from ``narrow`` (:meth:`narrowed`)."""
+        cols = np.asarray(cols, dtype=np.intp)
+        if cols.size == self.n_candidates:
+            return narrow
+        W, W_sum = self.W.copy(), self.W_sum.copy()
+        put_columns(W, cols, narrow.W)
+        put_columns(W_sum, cols, narrow.W_sum)
+        b, b_sum, alive = self.b.copy(), self.b_sum.copy(), self.alive.copy()
+        b[cols], b_sum[cols], alive[cols] = narrow.b, narrow.b_sum, narrow.alive
+        batch = None if narrow.batch is None else replace(narrow.batch, cols=cols[narrow.batch.cols])
+        return replace(narrow, W=W, b=b, W_sum=W_sum, b_sum=b_sum, alive=alive, batch=batch)
+
     def change(self, alive: np.ndarray, evaluations: int | None) -> "StateChange":
         """What blocks run from a state with live candidates ``alive`` and ``evaluations`` full-batch passes
         (None: no full-batch memory yet) can have changed to give this state (:class:`StateChange`)."""
