@@ -123,6 +123,33 @@ def test_state_with_the_batch_candidate_round_trips_through_a_checkpoint():
     np.testing.assert_array_equal(a.W, b.W)
 
 
+def test_the_l_bfgs_memory_is_a_ring_and_reads_a_checkpoint_written_before_it():
+    """Pair ``j`` goes to row ``j mod MEMORY`` and is never moved, so a pass end changes one row of ``S`` and
+    ``Y`` (what the engine's driver fetches).  A checkpoint written before the ring held the pairs oldest first
+    from row 0 and no ``written`` count: it resumes to the same model as the ring's own checkpoint."""
+    from nsdist.solvers.batch import MEMORY
+
+    X, y = ill_conditioned(n=500, d=4)
+    population = batch_population(X)
+    state = run_passes(X, y, 2 * MEMORY + 3)
+    b = state.batch
+    assert b.written[0] > MEMORY + 1 and b.n_pairs[0] == MEMORY
+    held = b.pair_rows(0, int(b.written[0]) - MEMORY)
+    assert sorted(held.tolist()) == list(range(MEMORY)) and held[-1] == (b.written[0] - 1) % MEMORY
+    after = end_pass(run_epochs(state, np.asfortranarray(X), y, population, buffer_size=100)[0], population)
+    moved = [r for r in range(MEMORY) if not np.array_equal(after.batch.S[0, r], b.S[0, r])]
+    assert moved == [int(b.written[0] % MEMORY)] or after.batch.written[0] == b.written[0]
+    old = state.to_dict()                             # the layout before the ring
+    old["batch"]["S"], old["batch"]["Y"] = [b.S[0, held].tolist()], [b.Y[0, held].tolist()]
+    del old["batch"]["written"]
+    a, c = state, SGDState.from_dict(old)
+    for _ in range(MEMORY + 2):
+        a = end_pass(run_epochs(a, np.asfortranarray(X), y, population, buffer_size=100)[0], population)
+        c = end_pass(run_epochs(c, np.asfortranarray(X), y, population, buffer_size=100)[0], population)
+    np.testing.assert_array_equal(a.batch.x, c.batch.x)
+    assert a.batch.fx[0] == c.batch.fx[0]
+
+
 @pytest.mark.parametrize("params, expected", [
     ({}, 1),                                          # 1PMB, eta unset: one full-batch candidate
     ({"solver": "2pmb"}, 0),                          # 2PMB streams one class: no full pass to sum
@@ -270,7 +297,7 @@ def test_a_state_is_the_one_it_started_from_with_what_its_blocks_changed(layout)
             "two blocks and a pass end": end_pass(run(run(start, 2), 3), population),
             "a mix of 3 chains": mix_states(start, [run(start, p) for p in (1, 2, 3)])}
     for what, end in ends.items():
-        change = end.change(start.alive, start.batch.evaluations)
+        change = end.change(start.alive, start.batch.clock())
         assert same(start.changed(change), end), what
         assert change.W.shape == (40, int(start.alive.sum())), what      # the frozen columns did not travel
         assert (change.rest.batch is None) == (end.batch.evaluations == start.batch.evaluations), what
@@ -293,7 +320,7 @@ def test_a_state_is_the_one_it_started_from_with_what_its_blocks_changed(layout)
         if last:
             whole, part = end_pass(whole, population), end_pass(part, narrow_cfg.population)
         assert same(start.widened(part, cols), whole), last
-        assert same(start.widened(narrow.changed(part.change(narrow.alive, narrow.batch.evaluations)), cols), whole)
+        assert same(start.widened(narrow.changed(part.change(narrow.alive, narrow.batch.clock())), cols), whole)
 
 
 @pytest.mark.parametrize("gather_bytes", [None, 0], ids=["state-gathered", "state-left-on-cluster"])

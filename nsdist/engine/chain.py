@@ -133,13 +133,13 @@ def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
     return stats, state.rows_seen
 
 
-def segment_change(result: tuple[SGDState, np.ndarray], alive: np.ndarray, evaluations: int | None
+def segment_change(result: tuple[SGDState, np.ndarray], alive: np.ndarray, clock: tuple[int, np.ndarray] | None
                    ) -> tuple[StateChange, np.ndarray]:
     """What the driver fetches at the end of a segment of a wide state (runs where the state lives): what the
-    segment changed in the state it started from (live candidates ``alive``, ``evaluations`` full-batch
-    passes; :meth:`SGDState.change`), and the last step's epoch statistics."""
+    segment changed in the state it started from (live candidates ``alive``, full-batch memory at ``clock``;
+    :meth:`SGDState.change`), and the last step's epoch statistics."""
     state, stats = result
-    return state.change(alive, evaluations), stats
+    return state.change(alive, clock), stats
 
 
 def zero_state(d: int, alive: np.ndarray) -> SGDState:
@@ -361,7 +361,7 @@ class PartitionChain:
                                                             st.batch.fx, st.batch.rows, st.batch.evaluations),
                              self._pos)
         file_order = cfg.config.population.only_batch(st.alive)
-        evaluations = None if st.batch is None else st.batch.evaluations
+        clock = None if st.batch is None else st.batch.clock()
         # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
         load_token = tokenize(job, file_order)
@@ -429,7 +429,7 @@ class PartitionChain:
                         summary = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
                                                 priority=3)
                     elif not self._gather:     # ... and at the segment's end only what the segment changed comes
-                        summary = client.submit(segment_change, prev, start.alive, evaluations,
+                        summary = client.submit(segment_change, prev, start.alive, clock,
                                                 key=f"nsdist-change-{token}-{end}", priority=3)
                     inflight.append((end, prev, results, summary))
                     if self._gather and per_round == 1:

@@ -61,9 +61,12 @@ class BatchState:
     p, t : ndarray (K, d + 1), (K,)
         The search direction from ``x`` and the step being tried.
     S, Y : ndarray (K, MEMORY, d + 1)
-        L-BFGS pairs ``s = x_{k+1} - x_k``, ``y = g_{k+1} - g_k``, oldest first.
+        L-BFGS pairs ``s = x_{k+1} - x_k``, ``y = g_{k+1} - g_k`` in a ring: pair ``j`` (counting from 0)
+        is row ``j mod MEMORY``, written once, so that a pass end changes one row, not all of them.
     n_pairs : ndarray of int (K,)
-        Pairs held.
+        Pairs held: the last ``n_pairs`` written.
+    written : ndarray of int (K,)
+        Pairs written so far.
     evaluations : int
         Passes completed (objective evaluations).
     """
@@ -80,6 +83,7 @@ class BatchState:
     S: np.ndarray
     Y: np.ndarray
     n_pairs: np.ndarray
+    written: np.ndarray
     evaluations: int = 0
 
     @classmethod
@@ -89,7 +93,11 @@ class BatchState:
         x = np.concatenate([W[:, cols].T, b[cols][:, None]], axis=1)
         return cls(np.asarray(cols, dtype=np.intp), np.zeros((k, d + 1)), np.zeros(k), 0, x, np.full(k, np.inf),
                    np.zeros((k, d + 1)), np.zeros((k, d + 1)), np.zeros(k), np.zeros((k, MEMORY, d + 1)),
-                   np.zeros((k, MEMORY, d + 1)), np.zeros(k, dtype=np.int64))
+                   np.zeros((k, MEMORY, d + 1)), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64))
+
+    def clock(self) -> tuple[int, np.ndarray]:
+        """``(evaluations, written)``: what tells, later, what a run of blocks changed (:meth:`SGDState.change`)."""
+        return self.evaluations, self.written.copy()
 
     def copy(self, deep: bool = True) -> "BatchState":
         """A copy; ``deep=False`` copies only the pass's sums (what :meth:`accumulate` changes) and shares the
@@ -173,20 +181,24 @@ class BatchState:
         return x + self.t[k] * p
 
     def _remember(self, k: int, s: np.ndarray, y: np.ndarray) -> None:
-        """Keep the pair ``(s, y)`` if it has positive curvature (the oldest pair makes room)."""
+        """Keep the pair ``(s, y)`` if it has positive curvature (over the oldest pair once the memory is full)."""
         if not float(s @ y) > 1e-10 * float(y @ y):
             return
-        m = int(self.n_pairs[k])
-        if m == MEMORY:
-            self.S[k, :-1], self.Y[k, :-1] = self.S[k, 1:].copy(), self.Y[k, 1:].copy()
-            m -= 1
-        self.S[k, m], self.Y[k, m] = s, y
-        self.n_pairs[k] = m + 1
+        row = int(self.written[k] % MEMORY)
+        self.S[k, row], self.Y[k, row] = s, y
+        self.written[k] += 1
+        self.n_pairs[k] = min(int(self.n_pairs[k]) + 1, MEMORY)
+
+    def pair_rows(self, k: int, since: int) -> np.ndarray:
+        """The rows of candidate ``k``'s pairs written after its first ``since``, oldest first (at most
+        :data:`MEMORY`: the later ones overwrote the others)."""
+        return np.arange(max(int(since), int(self.written[k]) - MEMORY), int(self.written[k])) % MEMORY
 
     def _inverse_hessian_times(self, k: int, g: np.ndarray) -> np.ndarray:
         """``H g`` by the L-BFGS two-loop recursion (Nocedal & Wright 2006, Algorithm 7.4)."""
         m = int(self.n_pairs[k])
-        S, Y = self.S[k, :m], self.Y[k, :m]
+        held = self.pair_rows(k, int(self.written[k]) - m)          # oldest first
+        S, Y = self.S[k, held], self.Y[k, held]
         q = g.copy()
         rho = 1.0 / np.einsum("ij,ij->i", S, Y)
         alpha = np.empty(m)
@@ -212,10 +224,12 @@ class BatchState:
 
     @classmethod
     def from_dict(cls, d: dict) -> "BatchState":
-        arrays = {f: np.asarray(d[f], dtype=np.float64) for f in _ARRAYS if f not in ("fx", "n_pairs")}
+        arrays = {f: np.asarray(d[f], dtype=np.float64) for f in _ARRAYS if f not in ("fx", "n_pairs", "written")}
+        n_pairs = np.asarray(d["n_pairs"], dtype=np.int64)
         return cls(cols=np.asarray(d["cols"], dtype=np.intp), rows=int(d["rows"]), evaluations=int(d["evaluations"]),
-                   fx=np.array([np.inf if v is None else v for v in d["fx"]], dtype=np.float64),
-                   n_pairs=np.asarray(d["n_pairs"], dtype=np.int64), **arrays)
+                   fx=np.array([np.inf if v is None else v for v in d["fx"]], dtype=np.float64), n_pairs=n_pairs,
+                   # a checkpoint from before the ring held its pairs oldest first from row 0
+                   written=np.asarray(d.get("written", n_pairs), dtype=np.int64), **arrays)
 
     @staticmethod
     def mix(start: "BatchState", states: list["BatchState"]) -> "BatchState":
@@ -229,5 +243,5 @@ class BatchState:
         return out
 
 
-_ARRAYS = ("grad", "value", "x", "fx", "gx", "p", "t", "S", "Y", "n_pairs")
+_ARRAYS = ("grad", "value", "x", "fx", "gx", "p", "t", "S", "Y", "n_pairs", "written")
 _SUMS = ("grad", "value")

@@ -222,18 +222,23 @@ class SGDState:
         batch = None if narrow.batch is None else replace(narrow.batch, cols=cols[narrow.batch.cols])
         return replace(narrow, W=W, b=b, W_sum=W_sum, b_sum=b_sum, alive=alive, batch=batch)
 
-    def change(self, alive: np.ndarray, evaluations: int | None) -> "StateChange":
-        """What blocks run from a state with live candidates ``alive`` and ``evaluations`` full-batch passes
-        (None: no full-batch memory yet) can have changed to give this state (:class:`StateChange`)."""
+    def change(self, alive: np.ndarray, clock: tuple[int, np.ndarray] | None) -> "StateChange":
+        """What blocks run from a state with live candidates ``alive`` and full-batch memory at ``clock``
+        (:meth:`BatchState.clock`; None: none yet) can have changed to give this state (:class:`StateChange`)."""
         cols = np.flatnonzero(alive)
         if self.batch is not None:
             cols = np.union1d(cols, self.batch.cols)
-        batch, sums = self.batch, None
-        if batch is not None and evaluations == batch.evaluations:     # no pass ended: only its sums moved
-            batch, sums = None, (self.batch.grad, self.batch.value, self.batch.rows)
+        batch, sums, pairs = self.batch, None, None
+        if batch is not None and clock is not None:
+            if clock[0] == batch.evaluations:             # no pass ended: only its sums moved
+                batch, sums = None, (batch.grad, batch.value, batch.rows)
+            else:                                         # the L-BFGS memory's new pairs, not all of it
+                rows = [batch.pair_rows(k, since) for k, since in enumerate(clock[1])]
+                pairs = (rows, [batch.S[k, r] for k, r in enumerate(rows)], [batch.Y[k, r] for k, r in enumerate(rows)])
+                batch = replace(batch, S=batch.S[:, :0], Y=batch.Y[:, :0])
         return StateChange(cols, take_columns(self.W, cols), take_columns(self.W_sum, cols),
                            replace(self, W=np.zeros((0, self.n_candidates)), W_sum=np.zeros((0, self.n_candidates)),
-                                   batch=batch), sums)
+                                   batch=batch), sums, pairs)
 
     def changed(self, change: "StateChange") -> "SGDState":
         """This state with ``change`` applied: the state ``change`` was taken from, bit for bit, when this
@@ -245,6 +250,11 @@ class SGDState:
         if change.sums is not None:
             grad, value, rows = change.sums
             batch = replace(self.batch, grad=grad, value=value, rows=rows)
+        elif change.pairs is not None:
+            S, Y = self.batch.S.copy(), self.batch.Y.copy()
+            for k, (rows, s, y) in enumerate(zip(*change.pairs)):
+                S[k, rows], Y[k, rows] = s, y
+            batch = replace(batch, S=S, Y=Y)
         return replace(change.rest, W=W, W_sum=W_sum, batch=batch)
 
     def to_dict(self) -> dict:
@@ -279,9 +289,12 @@ class StateChange:
         Those columns, row-major.
     rest : SGDState
         The intercepts, mask and counters; its ``W`` and ``W_sum`` empty; its ``batch`` the full-batch
-        memory when a pass ended (an L-BFGS iteration), else None.
+        memory when a pass ended (an L-BFGS iteration) but for the pairs ``S, Y``, else None.
     sums : (grad, value, rows) or None
         When no pass ended: the full-batch pass's sums, the only part of that memory a block changes.
+    pairs : (rows, S rows, Y rows) or None
+        When a pass ended: per full-batch candidate, the rows of ``S`` and ``Y`` written since
+        (:meth:`BatchState.pair_rows`; 2 x (d + 1) floats a pass, of the 2 x 10 x (d + 1) held).
     """
 
     cols: np.ndarray
@@ -289,6 +302,7 @@ class StateChange:
     W_sum: np.ndarray
     rest: SGDState
     sums: tuple[np.ndarray, np.ndarray, int] | None
+    pairs: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] | None = None
 
 
 def project_l2(w: np.ndarray, radius: float | None) -> np.ndarray:
