@@ -81,6 +81,23 @@ def test_k_chains_are_the_same_model_on_any_cluster(cluster, dask_processes, let
     assert_same_model(local, remote)
 
 
+def test_k_chains_of_a_wide_state_narrowed_to_the_candidates_that_train_give_the_same_model(cluster, letter_12,
+                                                                                            monkeypatch):
+    """``GATHER_BYTES = 0``: every state is handled as a wide one -- each segment steps the state narrowed to the
+    alive and full-batch candidates, 3 chains a round mix it, and the driver applies what each segment changed.
+    The same selection and model as the chain that gathers every state."""
+    import nsdist.engine.chain as chain
+
+    url, _, _ = letter_12
+    params = dict(measure="prbep", n_chains=3, random_state=2, max_passes=20)
+    gathered = train(url, client=cluster, **params)
+    monkeypatch.setattr(chain, "GATHER_BYTES", 0)
+    wide = train(url, client=cluster, **params)
+    assert_same_model(gathered, wide)
+    assert wide.history["selection"] == gathered.history["selection"]
+    assert sum(r["dropped_at_check"] is not None for r in wide.history["selection"]) > 1   # some were frozen
+
+
 def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12):
     """A check judges averages of >= 50 iterates: with K chains a round advances the mixed step counter by one
     block's epochs, so the checks are K times as many rows apart (here 4 x 50 x 500 rows: every 9 passes of 12 000
