@@ -92,10 +92,12 @@ def test_k_chains_of_a_wide_state_narrowed_to_the_candidates_that_train_give_the
     params = dict(measure="prbep", n_chains=3, random_state=2, max_passes=20)
     gathered = train(url, client=cluster, **params)
     monkeypatch.setattr(chain, "GATHER_BYTES", 0)
-    wide = train(url, client=cluster, **params)
+    seen = []              # the states handed to on_step stay what they were (the chain widens its own in place)
+    wide = train(url, client=cluster, on_step=lambda p: seen.append((p.state, p.state.W.copy())), **params)
     assert_same_model(gathered, wide)
     assert wide.history["selection"] == gathered.history["selection"]
     assert sum(r["dropped_at_check"] is not None for r in wide.history["selection"]) > 1   # some were frozen
+    assert len(seen) > 10 and all(np.array_equal(state.W, W) for state, W in seen)
 
 
 def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12):
