@@ -173,7 +173,8 @@ class ChainProgress:
     Attributes: ``step`` (1-based), ``n_steps``, ``pass_index``, ``partition``,
     ``rows_seen``, ``loss`` (mean over the step's epochs), ``elapsed`` and
     ``state`` (the :class:`SGDState` after the step).  A wide model's state
-    (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read.
+    (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read, and is
+    fetched (or, at a segment's end, copied) then: read it during the callback.
     ``unit`` is ``"partition"``; K-fold selection, which streams no partition,
     reports each fold fit as it arrives with ``unit="fold"`` (``step``: fits
     done, ``n_steps``: ``K``, ``partition``: the fold, no state).
@@ -449,14 +450,18 @@ class PartitionChain:
                 if summary is None or i + 1 == self._stop:
                     if summary is None:
                         state, stats = fut.result()
-                    else:           # the state the segment started from, with what the segment changed
+                    else:           # the state the segment started from, with what the segment changed;
+                        # widened into that state's arrays: the chain holds it, and what it handed out is not
+                        # kept (the checks and checkpoints copy what they keep; on_step is handed a copy)
                         change, stats = summary.result()
-                        state = st.widened(start.changed(change), cols)
+                        state = st.widened(start.changed(change), cols, in_place=True)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
                     if not self._gather and i + 1 == self._stop:
                         self._tail = (fut, state, cols)
-                    self._report(i, stats, state.rows_seen, state, None)
+                        self._report(i, stats, state.rows_seen, None, state.copy)     # ... the next one widens it
+                    else:
+                        self._report(i, stats, state.rows_seen, state, None)
                 else:
                     stats, rows_seen = summary.result()
                     inflight.popleft()

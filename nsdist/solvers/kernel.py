@@ -209,12 +209,14 @@ class SGDState:
         return replace(self, W=take_columns(self.W, cols), b=self.b[cols], W_sum=take_columns(self.W_sum, cols),
                        b_sum=self.b_sum[cols], alive=self.alive[cols], batch=batch)
 
-    def widened(self, narrow: "SGDState", cols: np.ndarray) -> "SGDState":
-        """This state with candidates ``cols`` and the counters taken from ``narrow`` (:meth:`narrowed`)."""
+    def widened(self, narrow: "SGDState", cols: np.ndarray, in_place: bool = False) -> "SGDState":
+        """This state with candidates ``cols`` and the counters taken from ``narrow`` (:meth:`narrowed`).
+        ``in_place``: written into this state's ``W`` and ``W_sum``, which the result then shares (this
+        state's own columns ``cols`` are overwritten), instead of into copies: 520 MB at d = 2^20 x 31."""
         cols = np.asarray(cols, dtype=np.intp)
         if cols.size == self.n_candidates:
             return narrow
-        W, W_sum = self.W.copy(), self.W_sum.copy()
+        W, W_sum = (self.W, self.W_sum) if in_place else (self.W.copy(), self.W_sum.copy())
         put_columns(W, cols, narrow.W)
         put_columns(W_sum, cols, narrow.W_sum)
         b, b_sum, alive = self.b.copy(), self.b_sum.copy(), self.alive.copy()
