@@ -216,9 +216,7 @@ class SGDState:
         cols = np.asarray(cols, dtype=np.intp)
         if cols.size == self.n_candidates:
             return narrow
-        W, W_sum = (self.W, self.W_sum) if in_place else (self.W.copy(), self.W_sum.copy())
-        put_columns(W, cols, narrow.W)
-        put_columns(W_sum, cols, narrow.W_sum)
+        W, W_sum = self._put(cols, narrow.W, narrow.W_sum, in_place)
         b, b_sum, alive = self.b.copy(), self.b_sum.copy(), self.alive.copy()
         b[cols], b_sum[cols], alive[cols] = narrow.b, narrow.b_sum, narrow.alive
         batch = None if narrow.batch is None else replace(narrow.batch, cols=cols[narrow.batch.cols])
@@ -244,10 +242,8 @@ class SGDState:
 
     def changed(self, change: "StateChange") -> "SGDState":
         """This state with ``change`` applied: the state ``change`` was taken from, bit for bit, when this
-        is the state its blocks were run from (the alive mask and passes given to :meth:`change`)."""
-        W, W_sum = self.W.copy(), self.W_sum.copy()
-        put_columns(W, change.cols, change.W)
-        put_columns(W_sum, change.cols, change.W_sum)
+        is the state its blocks were run from (the alive mask and clock given to :meth:`change`)."""
+        W, W_sum = self._put(change.cols, change.W, change.W_sum)
         batch = change.rest.batch
         if change.sums is not None:
             grad, value, rows = change.sums
@@ -258,6 +254,14 @@ class SGDState:
                 S[k, rows], Y[k, rows] = s, y
             batch = replace(batch, S=S, Y=Y)
         return replace(change.rest, W=W, W_sum=W_sum, batch=batch)
+
+    def _put(self, cols: np.ndarray, W: np.ndarray, W_sum: np.ndarray, in_place: bool = False
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """``self.W`` and ``self.W_sum`` (or copies of them) with their columns ``cols`` set to ``W``, ``W_sum``."""
+        out = (self.W, self.W_sum) if in_place else (self.W.copy(), self.W_sum.copy())
+        put_columns(out[0], cols, W)
+        put_columns(out[1], cols, W_sum)
+        return out
 
     def to_dict(self) -> dict:
         """Plain data (lists and numbers) for checkpoints; floats round-trip exactly through JSON."""
