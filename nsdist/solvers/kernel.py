@@ -439,7 +439,7 @@ class _DenseWeights:
 
     def __init__(self, st: SGDState, cols: np.ndarray, radius: float | None) -> None:
         self.st, self.cols, self.radius = st, cols, radius
-        self.W, self.W_sum = st.W[:, cols], st.W_sum[:, cols]
+        self.W, self.W_sum = take_columns(st.W, cols), take_columns(st.W_sum, cols)
 
     def scores(self, Xe) -> np.ndarray:
         return np.asarray(Xe @ self.W.astype(Xe.dtype, copy=False), dtype=np.float64)
@@ -451,7 +451,8 @@ class _DenseWeights:
         self.W_sum += self.W
 
     def finish(self) -> None:
-        self.st.W[:, self.cols], self.st.W_sum[:, self.cols] = self.W, self.W_sum
+        put_columns(self.st.W, self.cols, self.W)
+        put_columns(self.st.W_sum, self.cols, self.W_sum)
 
 
 def _loss_groups(losses: Sequence[Loss]) -> list[tuple[Loss, np.ndarray]]:
