@@ -260,14 +260,31 @@ def test_a_failed_job_leaves_nothing_on_the_cluster_and_a_fixed_copy_trains_on_i
     params = dict(measure="pauc", solver="1pmb", shuffle=False, buffer_size=500, eta=0.05, **TRAIN)
     with pytest.raises(ValueError, match="bad/part-00002.parquet"):
         train(bad, client=cluster, **params)
-    deadline = time.monotonic() + 10
-    while (left := [k for k in cluster.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
-                    if str(k).startswith("nsdist-")]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left == []
+    assert _nsdist_tasks(cluster) == []
     assert open_dataset(bad).fingerprint == open_dataset(fixed).fingerprint
     got = train(fixed, client=cluster, **params)
     np.testing.assert_array_equal(got.coef, NonDecomposableClassifier(**params).fit(X, y).coef_.ravel())
+
+
+def _nsdist_tasks(client) -> list[str]:
+    """The keys of the scheduler's tasks that nsdist made, after up to 10 s for released ones to go."""
+    deadline = time.monotonic() + 10
+    while (left := [k for k in client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))
+                    if str(k).startswith("nsdist-")]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_a_failed_k_fold_job_leaves_nothing_on_the_cluster_while_its_error_is_held(good, cluster):
+    """K-fold selection scatters every row to the workers: a job whose fold fits fail (Prec@k's k above the
+    rows) cancels its fold tasks and drops its rows, even while the caller still holds the error and its
+    traceback; its rows were under keys of its own, never a user's ``X``."""
+    mine = cluster.scatter({"X": np.arange(3.0)})["X"]
+    with pytest.raises(ValueError, match="k = 3001 is out of range") as info:
+        train(good, client=cluster, measure="prec@k", k=3001, **TRAIN)
+    assert any("nsdist/engine/folds.py" in str(entry.path) for entry in info.traceback)   # raised by a fold fit
+    assert _nsdist_tasks(cluster) == []
+    np.testing.assert_array_equal(mine.result(), np.arange(3.0))
 
 
 # ------------------------------------------------------------------ bad parameters

@@ -136,7 +136,7 @@ def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, 
 def test_k_fold_fits_lost_with_the_scattered_rows_are_redone_to_the_identical_model(
         dask_processes, letter_20, caplog, reliability, monkeypatch):
     """The default selects by 5 folds on Letter (a holdout would hold 55 positives); its fold fits run as Dask
-    tasks on rows the driver scattered.  The worker holding the scattered ``X`` is SIGKILLed right after the
+    tasks on rows the driver scattered.  The worker holding the scattered rows ``X`` is SIGKILLed right after the
     scatter, before any other worker copied it: every fold fit is cancelled for lost dependencies, the driver
     scatters its rows again and redoes them, and the model is the undisturbed run's, bit for bit."""
     from distributed import Client
@@ -150,8 +150,10 @@ def test_k_fold_fits_lost_with_the_scattered_rows_are_redone_to_the_identical_mo
 
         def scatter_then_kill_the_holder(self, data, **kw):
             futures = scatter(self, data, **kw)
-            if isinstance(data, dict) and "X" in data and not kills:
-                (holder,) = self.who_has(futures["X"])[futures["X"].key]
+            rows = [key for key in data if str(key).startswith("nsdist-fold-rows-")] if isinstance(data, dict) else []
+            if rows and not kills:
+                (x,) = [futures[key] for key in rows if key.endswith("-X")]
+                (holder,) = self.who_has(x)[x.key]
                 kills.append(sigkill_worker(cluster, client, holder))
             return futures
 

@@ -12,6 +12,7 @@ so it scatters them again and resubmits the lost fits, up to
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any, Callable
 
@@ -39,26 +40,36 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
         done: dict[int, dict] = {}
 
         def attempt(restart: int) -> list[dict]:
-            """Fit the folds not yet done; raise the first loss after collecting every fit that arrived."""
-            rows = client.scatter({"X": X, "y": y, "fold": fold}, hash=False)
-            futures = {client.submit(fit_fold, cfg, rows["X"], rows["y"], rows["fold"], f,
+            """Fit the folds not yet done; raise the first loss after collecting every fit that arrived.  A
+            failed attempt cancels its tasks and drops its rows from the cluster (the traceback would keep
+            them there, the whole data set among them, as long as the error is held)."""
+            # keys of this job's own: a scattered dict keeps its keys, and "X" would be every job's
+            rows = client.scatter({f"nsdist-fold-rows-{token}-{restart}-{name}": a
+                                   for name, a in (("X", X), ("y", y), ("fold", fold))})
+            X_, y_, fold_ = rows.values()
+            futures = {client.submit(fit_fold, cfg, X_, y_, fold_, f,
                                      key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
                        for f in range(k) if f not in done}
-            lost = None
-            for future in as_completed(futures, loop=client.loop):
-                f = futures[future]
-                try:
-                    done[f] = future.result()
-                except Exception as exc:  # a lost worker, lost rows, a dropped connection: redone below
-                    if not is_transient(exc):
-                        raise
-                    lost = exc
-                    continue
-                log.info("K-fold selection: fold %d of %d fitted (%d done)", f + 1, k, len(done))
-                if on_fold is not None:
-                    on_fold(f, len(done), k)
-            if lost is not None:
-                raise lost
+            try:
+                lost = None
+                for future in as_completed(futures, loop=client.loop):
+                    f = futures[future]
+                    try:
+                        done[f] = future.result()
+                    except Exception as exc:  # a lost worker, lost rows, a dropped connection: redone below
+                        if not is_transient(exc):
+                            raise
+                        lost = exc
+                        continue
+                    log.info("K-fold selection: fold %d of %d fitted (%d done)", f + 1, k, len(done))
+                    if on_fold is not None:
+                        on_fold(f, len(done), k)
+                if lost is not None:
+                    raise lost
+            except BaseException:
+                with contextlib.suppress(Exception):          # the cluster may be gone: its error is the one
+                    client.cancel([*futures, *rows.values()])
+                raise
             return [done[f] for f in range(k)]
 
         def lost(exc: BaseException, restart: int) -> None:
