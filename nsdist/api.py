@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.base import tokenize
 
+from ._threads import on_one_blas_thread
 from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
@@ -48,6 +49,7 @@ def open_dataset(dataset: str | Dataset, *, label_column: str = "label", feature
                         storage_options=storage_options)
 
 
+@on_one_blas_thread
 def train(dataset: str | Dataset, *, client=None, label_column: str = "label", feature_columns=None,
           storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
           checkpoint_options: dict | None = None,

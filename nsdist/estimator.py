@@ -16,6 +16,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._threads import on_one_blas_thread
 from .solvers.config import DEFAULTS, SOLVERS, STREAMING, TrainConfig, mean_sq_norm
 from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
@@ -263,6 +264,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
     # -------------------------------------------------------------------- fit
 
+    @on_one_blas_thread
     def fit(self, X, y, X_val=None, y_val=None, *, map_folds=None) -> "NonDecomposableClassifier":
         """Train on ``(X, y)`` from ``w = 0`` with the chosen solver.
 
@@ -489,6 +491,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         return True
 
     @available_if(_is_online)
+    @on_one_blas_thread
     def partial_fit(self, X, y, classes=None) -> "NonDecomposableClassifier":
         """Continue training on one more block of rows (from ``w = 0`` on the first call).
 
@@ -663,6 +666,7 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
     return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
 
+@on_one_blas_thread
 def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int) -> dict:
     """Fold ``f`` of K-fold selection: the population of ``cfg`` trained on the rows outside fold ``f`` and
     checked on it -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` does.  Returns its

@@ -207,6 +207,32 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
         assert est.folds_ is None and model.history["validation_rows"] == est._validation[0].shape[0]
 
 
+def _wide_rows(n: int = 800, d: int = 600) -> tuple[np.ndarray, np.ndarray]:
+    """Rows wide enough that OpenBLAS divides their products among its threads (Letter's 16 features are not)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, d))
+    y = np.where(X[:, :20].sum(axis=1) + 3 * rng.normal(size=n) > 6, 1, -1).astype(np.int8)
+    return X, y
+
+
+@pytest.mark.parametrize("folds", ["auto", 1])
+def test_on_wide_rows_the_engine_and_the_estimator_agree_whatever_blas_threads_each_has(cluster, tmp_path, folds):
+    """The workers' nanny gives BLAS one thread; the driver's BLAS here has two: the fold fits, the chain's steps,
+    the checks on the driver and the cut all run on one BLAS thread (nsdist._threads), so the models are the
+    same bit for bit.  Before, the 600 features gave the engine and the estimator different bits."""
+    from threadpoolctl import threadpool_limits
+
+    X, y = _wide_rows()
+    url = write_parquet(tmp_path / "wide", X, y, rows_per_file=X.shape[0])     # one block, as the estimator's
+    kw = dict(measure="pauc", random_state=0, validation_folds=folds, max_passes=3)
+    with threadpool_limits(limits=2, user_api="blas"):
+        model = train(url, client=cluster, **kw)
+        est = nsdist.NonDecomposableClassifier(**kw).fit(X, y)
+    assert (est.folds_ == 5) == (folds == "auto")
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+
+
 def test_auto_folds_stream_a_holdout_when_the_rows_exceed_the_validation_cap(cluster, tmp_path, letter):
     """``validation_folds="auto"`` reads the rows onto the driver only up to ``validation_max_rows`` rows: past it
     the job streams with one holdout (and logs that K-fold selection would choose on every positive)."""

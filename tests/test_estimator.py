@@ -296,3 +296,23 @@ def test_config_resolves_the_candidates_for_the_engine():
     assert not fixed.selects and [(c.eta, c.loss.surrogate) for c in fixed.candidates] == [(0.3, "hinge")]
     with pytest.raises(ValueError, match="validation_fraction=0"):
         NonDecomposableClassifier(validation_fraction=0.0).config().resolve(n_features=20, n_rows=1000)
+
+
+def test_the_model_does_not_depend_on_the_blas_threads_of_the_process():
+    """OpenBLAS divides a product among its threads by their number, and the sums round differently: on these
+    600 features one and two threads gave different models before every fit ran on one BLAS thread
+    (nsdist._threads), and the process's own setting is back afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 600))
+    y = np.where(X[:, :20].sum(axis=1) + 3 * rng.normal(size=800) > 6, 1, -1).astype(np.int8)
+    models = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            clf = NonDecomposableClassifier("pauc", random_state=0, validation_folds=1, max_passes=3).fit(X, y)
+            clf.partial_fit(X[:300], y[:300])
+            assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {threads}
+        models.append((clf.coef_, clf.intercept_))
+    np.testing.assert_array_equal(models[0][0], models[1][0])
+    np.testing.assert_array_equal(models[0][1], models[1][1])

@@ -34,6 +34,7 @@ from dask.sizeof import sizeof
 from distributed import Client, Future
 
 from .._faults import MAX_RESTARTS, is_transient
+from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.config import TrainConfig
 from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_states, run_epochs
@@ -91,6 +92,7 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
     return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
 
 
+@on_one_blas_thread
 def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: ChainConfig,
                reservoir: Reservoir | None, last_of_pass: bool = False) -> tuple[SGDState, np.ndarray]:
     """Apply the epoch kernel to one loaded block (runs where the block lives).
@@ -153,6 +155,7 @@ def _is_zero(state: SGDState) -> bool:
             and not any(a.any() for a in (state.W, state.W_sum, state.b, state.b_sum)))
 
 
+@on_one_blas_thread
 def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray],
               last_of_pass: ChainConfig | None = None) -> tuple[SGDState, np.ndarray]:
     """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order.

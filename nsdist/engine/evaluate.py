@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from distributed import Client
 
+from .._threads import on_one_blas_thread
 from .._validation import check_beta, resolve_k
 from ..data import Dataset
 from ..metrics import expected_top_sum, f1_from_counts, n_top_negatives, pair_credit2, pauc_from_counts
@@ -45,6 +46,7 @@ def _key_to_float(key: int) -> float:
     return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
 
 
+@on_one_blas_thread
 def _scores(dataset: Dataset, partition: int, w: np.ndarray, b: float, dtype: str):
     X, y = dataset.read_partition(partition, dtype=dtype)
     s = (X @ w.astype(X.dtype, copy=False)).astype(np.float64) + b

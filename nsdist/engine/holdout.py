@@ -31,6 +31,7 @@ import numpy as np
 from distributed import Client, fire_and_forget
 
 from .._faults import MAX_RESTARTS, redo_lost
+from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.blocks import gather_block
 from ..solvers.order import holdout_keys
@@ -243,6 +244,7 @@ def _group_moments(dataset: Dataset, partitions: list[int], features: list[int],
     return column_moments([dataset.read_columns(p, dtype=dtype, features=features)[0] for p in partitions])
 
 
+@on_one_blas_thread
 def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
     from ..solvers.measure import cut_intercept
 
@@ -258,6 +260,7 @@ def _scores(X, w: np.ndarray, scaling) -> np.ndarray:
     return np.asarray(Xs @ w.astype(Xs.dtype), dtype=np.float64)
 
 
+@on_one_blas_thread
 def _block_scores(block, model: tuple) -> tuple[np.ndarray, np.ndarray]:
     """A CSR block's labels and scores under ``model = (w, scaling)``: row by row the same numbers as in
     the product over the rows stacked (a CSR product sums each row's entries on their own, in index order)."""
