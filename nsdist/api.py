@@ -257,15 +257,20 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     if init_model is not None:   # the raw-feature model, expressed on the (scaled) training features
         w0, b0 = init_model.coef, init_model.intercept
         state = SGDState.at(*((w0, b0) if scaling is None else scaling.unfold(w0, b0)), cfg.population.learn_b)
+    curve: list[dict] = []          # one point per step: the interrupted run's, then this one's
     if ck is not None:
         start, state, prior, offset = ck.position, ck.state, [ck.stats], ck.elapsed
         if selecting and ck.selection is not None:
             selection = Selection.from_dict(ck.selection)
+        if ck.curve is not None:
+            curve = [dict(p) for p in ck.curve]
+        elif start:
+            log.info("the checkpoint holds no learning curve (written by an older nsdist): the curve starts at "
+                     "step %d", start)
 
     def raw(w: np.ndarray, b: float) -> tuple[np.ndarray, float]:
         return (w, b) if scaling is None else scaling.fold(w, b)
 
-    curve: list[dict] = []
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, on_loads_done=None if sample is None else sample.prefetch)
     chain.stats.extend(prior)
@@ -274,7 +279,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
 
     def save(step: int, st: SGDState) -> None:
         saver.write(Checkpoint(job, ds.fingerprint, step, len(steps), st, reservoir, chain.epoch_stats(),
-                               chain.elapsed(), None if selection is None else selection.to_dict()))
+                               chain.elapsed(), None if selection is None else selection.to_dict(), curve))
 
     def after_step(p: ChainProgress) -> None:
         curve.append({"time": p.elapsed, "rows_seen": p.rows_seen, "pass": p.pass_index,

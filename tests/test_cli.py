@@ -199,9 +199,11 @@ def test_run_log_tells_what_happened(run):
 def test_resume_continues_from_the_checkpoint(run, env):
     checkpoint = json.loads((run["out"] / "checkpoint.json").read_text())
     assert checkpoint["position"] == checkpoint["n_steps"] == 28
-    before = json.loads((run["out"] / "model" / "model.json").read_text())["weights"]
+    before = json.loads((run["out"] / "model" / "model.json").read_text())
     ok(nsdist("train", run["out"] / "job.yaml", "--resume", env=env))
-    assert json.loads((run["out"] / "model" / "model.json").read_text())["weights"] == before
+    after = json.loads((run["out"] / "model" / "model.json").read_text())
+    assert after["weights"] == before["weights"]
+    assert after["history"]["curve"] == before["history"]["curve"] and len(before["history"]["curve"]) == 28
     assert "resuming a training job" in (run["out"] / "run.log").read_text()
     assert "pass 1/2 done" in (run["out"] / "run.log").read_text()       # the earlier run's lines are kept
 

@@ -403,6 +403,17 @@ def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter,
     np.testing.assert_array_equal(resumed.coef, full.coef)
     assert resumed.intercept == full.intercept
     assert resumed.history["epochs"] == full.history["epochs"]
+    # the learning curve goes on from the interrupted run's: its 7 points as they were, then the rest; all but
+    # the clock as in the uninterrupted run
+    def plain(points: list[dict], keep=lambda k: True) -> list[dict]:     # NaN (a step of skipped epochs) as None
+        return [{k: None if isinstance(v, float) and np.isnan(v) else v for k, v in p.items() if keep(k)}
+                for p in points]
+
+    curve = resumed.history["curve"]
+    assert plain(curve[:7]) == plain(json.loads(snapshot.read_text())["curve"])
+    untimed = [plain(c, lambda k: k != "time") for c in (curve, full.history["curve"])]
+    assert len(curve) == 20 and untimed[0] == untimed[1]
+    assert all(b["time"] >= a["time"] for a, b in zip(curve, curve[1:]))
     with pytest.raises(ValueError, match="other training parameters"):
         train(url, client=cluster, checkpoint=str(ckpt), resume=True, **{**params, "random_state": 9})
 

@@ -3,7 +3,7 @@
 A checkpoint is one JSON document, replaced atomically, holding the model
 state (iterate, running sums, epoch counter), the chain's cursor (the next
 step of the schedule: pass and position), 2PMB's reservoir, the per-epoch
-history so far, and the job's identity (dataset fingerprint and a token of the
+history and the learning curve so far, and the job's identity (dataset fingerprint and a token of the
 training configuration).  The stream order needs no random-generator state:
 it is a pure function of ``(random_state, pass, partition)``
 (:mod:`nsdist.solvers.order`), so resuming from step ``i`` replays exactly the
@@ -42,6 +42,9 @@ class Checkpoint:
     stats: np.ndarray
     elapsed: float
     selection: dict | None = None
+    #: the job's learning curve up to ``position`` (one point per step, as ``history["curve"]``); None in a
+    #: checkpoint written before it was kept: the resumed job's curve then starts at ``position``
+    curve: list[dict] | None = None
 
     def to_json(self) -> bytes:
         return json.dumps({
@@ -49,7 +52,7 @@ class Checkpoint:
             "position": self.position, "n_steps": self.n_steps, "state": self.state.to_dict(),
             "reservoir": None if self.reservoir is None else self.reservoir.to_dict(),
             "stats": {name: self.stats[name].tolist() for name in EPOCH_STATS.names},
-            "elapsed": self.elapsed, "selection": self.selection,
+            "elapsed": self.elapsed, "selection": self.selection, "curve": self.curve,
         }).encode()
 
     @classmethod
@@ -77,7 +80,7 @@ class Checkpoint:
         return cls(job=d["job"], dataset_fingerprint=d["dataset_fingerprint"], position=int(d["position"]),
                    n_steps=int(d["n_steps"]), state=SGDState.from_dict(d["state"]),
                    reservoir=None if d["reservoir"] is None else Reservoir.from_dict(d["reservoir"], dtype),
-                   stats=stats, elapsed=float(d["elapsed"]), selection=d.get("selection"))
+                   stats=stats, elapsed=float(d["elapsed"]), selection=d.get("selection"), curve=d.get("curve"))
 
 
 @dataclass
