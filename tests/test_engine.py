@@ -414,6 +414,12 @@ def test_resume_from_checkpoint_gives_identical_model(cluster, tmp_path, letter,
     untimed = [plain(c, lambda k: k != "time") for c in (curve, full.history["curve"])]
     assert len(curve) == 20 and untimed[0] == untimed[1]
     assert all(b["time"] >= a["time"] for a, b in zip(curve, curve[1:]))
+    older = json.loads(snapshot.read_text())             # a checkpoint written before the curve was kept
+    del older["curve"]
+    ckpt.write_text(json.dumps(older))
+    again = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **params)
+    np.testing.assert_array_equal(again.coef, full.coef)
+    assert plain(again.history["curve"], lambda k: k != "time") == untimed[1][7:]
     with pytest.raises(ValueError, match="other training parameters"):
         train(url, client=cluster, checkpoint=str(ckpt), resume=True, **{**params, "random_state": 9})
 
