@@ -1,4 +1,4 @@
-"""One BLAS thread for the arithmetic that decides a model's bits (docs/engine.md §Reproducibility).
+"""One BLAS thread for the arithmetic that decides a model's bits (docs/engine.md §Partition chain: "One BLAS thread").
 
 OpenBLAS divides a matrix product among its threads, and how it divides it
 depends on how many it has; the partial sums then round differently.  The same
@@ -10,29 +10,63 @@ divide.  Every computation that decides a model runs under
 :func:`one_blas_thread`, wherever it runs: the estimator's ``fit`` and
 ``partial_fit``, a K-fold selection's fold fits, ``nsdist.train`` on the
 driver, and the engine's tasks that multiply (a step, a round's mix, the cut's
-scores, the evaluation's scores).  The limit is set and restored per call
-(``threadpoolctl``, about 15 microseconds); BLAS calls of other code in the
-same process meanwhile run on one thread too.
+scores, the evaluation's scores).
+
+The limit is process-wide (BLAS has one thread pool): it is set when the
+first such computation of the process starts and restored when the last one
+running ends, so that fits in several threads of one process (a threaded Dask
+worker, a thread pool of fits) never see it lifted under them.  BLAS calls of
+other code in the process meanwhile run on one thread too.  (threadpoolctl lets
+only one "controlling" Python thread change OpenBLAS's limit and silently
+ignores the others; the thread that sets or restores the limit here takes that
+role for the call and gives it up after.)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Callable, TypeVar
+import threading
+from typing import Callable, Iterator, TypeVar
 
-from threadpoolctl import ThreadpoolController
+import threadpoolctl
 
 __all__ = ["one_blas_thread", "on_one_blas_thread"]
 
 F = TypeVar("F", bound=Callable)
 
-_controller: list[ThreadpoolController] = []      # made on first use: after numpy has loaded its BLAS
+_lock = threading.Lock()
+_held: list = []            # [controller, limiter, computations running]; the controller made on first use
 
 
-def one_blas_thread():
-    """A context manager: BLAS (OpenBLAS, MKL, BLIS) on one thread inside it, as it was outside."""
-    if not _controller:
-        _controller.append(ThreadpoolController())
-    return _controller[0].limit(limits=1, user_api="blas")
+def _in_control(change: Callable[[], object]) -> object:
+    """``change()`` (setting BLAS limits) from this thread, whichever thread controlled OpenBLAS's limit before."""
+    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if release is not None:          # threadpoolctl >= 3.6: one controlling thread
+        release(force=True)
+    try:
+        return change()
+    finally:
+        if release is not None:
+            release(force=True)
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS (OpenBLAS, MKL, BLIS) on one thread inside; as it was once no computation of the process is inside."""
+    with _lock:
+        if not _held:
+            _held[:] = [threadpoolctl.ThreadpoolController(), None, 0]       # after numpy has loaded its BLAS
+        if _held[2] == 0:
+            _held[1] = _in_control(lambda: _held[0].limit(limits=1, user_api="blas"))
+        _held[2] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _held[2] -= 1
+            if _held[2] == 0:
+                _in_control(_held[1].restore_original_limits)
+                _held[1] = None
 
 
 def on_one_blas_thread(fn: F) -> F:

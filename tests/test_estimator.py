@@ -316,3 +316,27 @@ def test_the_model_does_not_depend_on_the_blas_threads_of_the_process():
         models.append((clf.coef_, clf.intercept_))
     np.testing.assert_array_equal(models[0][0], models[1][0])
     np.testing.assert_array_equal(models[0][1], models[1][1])
+
+
+def test_fits_in_threads_of_one_process_keep_one_blas_thread_until_the_last_ends():
+    """The BLAS limit is process-wide: fits that start and end at different times in two threads (while the
+    process's BLAS has two) each give the model they give alone, and the process's setting is back after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(800, 600))
+    y = np.where(X[:, :20].sum(axis=1) + 3 * rng.normal(size=800) > 6, 1, -1).astype(np.int8)
+
+    def fit(passes: int) -> np.ndarray:
+        return NonDecomposableClassifier("pauc", random_state=0, validation_folds=1, max_passes=passes,
+                                         n_iter_no_change=50).fit(X, y).coef_
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        alone = {p: fit(p) for p in (1, 2, 3, 4)}
+        with ThreadPoolExecutor(2) as pool:
+            together = dict(zip((1, 2, 3, 4), pool.map(fit, (1, 2, 3, 4))))
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {2}
+    for p in alone:
+        np.testing.assert_array_equal(together[p], alone[p])
