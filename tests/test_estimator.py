@@ -316,6 +316,11 @@ def test_the_model_does_not_depend_on_the_blas_threads_of_the_process():
         models.append((clf.coef_, clf.intercept_))
     np.testing.assert_array_equal(models[0][0], models[1][0])
     np.testing.assert_array_equal(models[0][1], models[1][1])
+    # K-fold selection's fold fits on loky processes (one BLAS thread each) and here (two): the same model
+    with threadpool_limits(limits=2, user_api="blas"):
+        here, pool = (NonDecomposableClassifier("pauc", random_state=0, validation_folds=5, max_passes=2,
+                                                n_jobs=n_jobs).fit(X, y) for n_jobs in (None, 2))
+    np.testing.assert_array_equal(here.coef_, pool.coef_)
 
 
 def test_fits_in_threads_of_one_process_keep_one_blas_thread_until_the_last_ends():
