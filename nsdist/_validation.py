@@ -47,6 +47,12 @@ def as_pm1_labels(y, *, name: str = "y") -> np.ndarray:
     if y.dtype == bool:
         return np.where(y, 1, -1).astype(np.int8)
     if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.floating)):
+        if y.dtype.kind in "OUS":           # class names: say which, and how to say which one is positive
+            names = sorted({str(v) for v in y[:10_000]})
+            shown = ", ".join(repr(v) for v in names[:3]) + (", ..." if len(names) > 3 else "")
+            raise ValueError(f"{name} holds class names ({shown}), not labels in {{-1,+1}}, {{0,1}} or bool: "
+                             f"write the label as bool, e.g. {name} == {names[0]!r} for that class as the positive "
+                             "one (nsdist ingest --positive does this for CSV and SVMlight files)")
         raise ValueError(f"{name} must hold labels in {{-1,+1}}, {{0,1}} or bool; got dtype {y.dtype}")
     if np.issubdtype(y.dtype, np.floating) and not np.all(np.isfinite(y)):
         i = _first_bad(~np.isfinite(y))

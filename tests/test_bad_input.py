@@ -124,6 +124,12 @@ def bad_label(root: Path, X, y):
                                                           "is not a valid label"]
 
 
+def class_name_labels(root: Path, X, y):
+    """class names ("fraud" / "ok") in the label column, as users' tables often hold them"""
+    return write_parquet(root, X, np.where(y > 0, "fraud", "ok"), rows_per_file=500), [
+        "part-00000.parquet (partition 0)", "label holds class names ('fraud', 'ok')", "label == 'fraud'"]
+
+
 def missing_column(root: Path, X, y):
     """a partition without one of the feature columns"""
     url = write_parquet(root, X, y, rows_per_file=500)
@@ -185,7 +191,7 @@ def missing_memory_url(root: Path, X, y):
     return url, [f"no such file or directory: '{url}'"]
 
 
-BAD_DATA = [nan_feature, inf_feature, bad_label, missing_column, other_type, all_empty, no_positives,
+BAD_DATA = [nan_feature, inf_feature, bad_label, class_name_labels, missing_column, other_type, all_empty, no_positives,
             truncated_file, corrupt_page, missing_path, missing_file_url, missing_memory_url]
 
 

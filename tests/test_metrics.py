@@ -288,7 +288,7 @@ S = [0.4, 0.3, 0.2, 0.1]
     (Y, [0.4, 0.3, np.inf, 0.1], r"s\[2\] = .*inf.* not finite"),
     (Y, [0.4, 0.3, -np.inf, 0.1], r"s\[2\] = .*inf.* not finite"),
     ([1, 0, 2, 0], S, r"y\[2\] = .*2.* is not a valid label"),
-    (["a", "b", "a", "b"], S, r"y must hold labels"),
+    (["b", "a", "b", "a"], S, r"y holds class names \('a', 'b'\), not labels .* y == 'a'"),
     ([[1, 0], [1, 0]], S, r"y must be 1-D"),
     ([1, 0, np.nan, 0], S, r"y\[2\] = .*nan.* is not a valid label"),
     ([1, 0, 1], S, r"s has 4 entries but the labels have 3"),
