@@ -44,12 +44,18 @@ def test_pandas_index_and_chosen_columns(tmp_path):
     df = _frame(4, [0, 1, 0, 1]).set_index(pd.Index(["w", "x", "y", "z"], name="id"))
     df["name"] = ["p", "q", "r", "s"]
     df.to_parquet(tmp_path / "d.parquet")
-    with pytest.raises(ValueError, match="column 'name' has type (large_)?string, not a number; pass feature_columns="):
+    with pytest.raises(ValueError, match="column 'name' has type (large_)?string, not a number; pass feature_columns="
+                                         r" to choose the numeric features \(the 3 numeric ones: \['a', 'b', 'c'\]\)"):
         Dataset.open(tmp_path / "d.parquet")
+    df["when"] = pd.to_datetime(["2026-01-01"] * 4)
+    df.to_parquet(tmp_path / "two.parquet")
+    with pytest.raises(ValueError, match=r"column 'name' has type (large_)?string, not a number \(the columns that "
+                                         r"are not: 'name' \((large_)?string\), 'when' \(timestamp"):
+        Dataset.open(tmp_path / "two.parquet")
     ds = Dataset.open(tmp_path / "d.parquet", feature_columns=["c", "a"])
     assert ds.feature_names == ["c", "a"]
     np.testing.assert_array_equal(ds.read_partition(0)[0], df[["c", "a"]].to_numpy(float))
-    df.drop(columns="name").to_parquet(tmp_path / "e.parquet")
+    df.drop(columns=["name", "when"]).to_parquet(tmp_path / "e.parquet")
     assert Dataset.open(tmp_path / "e.parquet").feature_names == ["a", "b", "c"]  # index "id" is not a feature
 
 

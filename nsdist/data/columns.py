@@ -167,10 +167,15 @@ class FeatureSchema:
             return cls._sparse(types, label_column, metadata, all_columns, where)
         if not selected:
             raise ValueError(f"{where}: no feature columns besides the label {label_column!r}")
-        for name in selected:
-            if _kind(types[name]) != "number":
-                raise ValueError(f"{where}: column {name!r} has type {types[name]}, not a number; "
-                                 "pass feature_columns= to choose the numeric features")
+        other = [name for name in selected if _kind(types[name]) != "number"]
+        if other:
+            numeric = [name for name in selected if name not in other]
+            shown = ", ".join(f"{n!r} ({types[n]})" for n in other[:5]) + (", ..." if len(other) > 5 else "")
+            listed = repr(numeric[:6])[:-1] + (", ...]" if len(numeric) > 6 else "]")
+            raise ValueError(f"{where}: column {other[0]!r} has type {types[other[0]]}, not a number"
+                             + (f" (the columns that are not: {shown})" if len(other) > 1 else "")
+                             + "; pass feature_columns= to choose the numeric features"
+                             + (f" (the {len(numeric)} numeric ones: {listed})" if all_columns and numeric else ""))
         return cls("columns", label_column, tuple((n, "number") for n in selected), tuple(selected),
                    all_columns)
 
