@@ -295,7 +295,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         if selection is not None:
             st, stop = selection.check(cfg, st, *val)
             if curve:
-                curve[-1]["measure"] = selection.best
+                curve[-1]["measure"], curve[-1]["alive"] = selection.best, int(st.alive.sum())
             log.info("check %d after %d steps: best %s %.4f, %d candidate(s) alive%s", selection.checks,
                      st.epoch, cfg.measure, selection.best, int(st.alive.sum()), "; stopping early" if stop else "")
         if saver is not None and (saver.due(position) or stop or position == len(steps)):

@@ -93,11 +93,15 @@ def _finite(obj: Any) -> Any:
 def curve_png(history: dict, *, measure: str, title: str) -> bytes:
     """The learning curve of a streamed training run as PNG bytes.
 
-    Top panel: the evaluation measure of the averaged model after each
-    partition against training time (as in the figures of Kar et al. 2014);
-    bottom panel: the mean surrogate loss of the partition's epochs.  Dotted
-    lines mark the start of each pass.  The plotted points are stored in the
-    PNG's ``nsdist-curve`` text chunk as JSON (``time``, ``measure``, ``loss``).
+    Top panel: the measure recorded at the partitions after which the
+    selection checked the candidates -- the best validation value so far --
+    against training time (as in the figures of Kar et al. 2014).  Bottom
+    panel: for one candidate, the mean surrogate loss of each partition's
+    epochs; for a population, the candidates still alive at each check (the
+    per-epoch loss of a population averages different surrogates, diverging
+    ones among them, and says nothing).  Dotted lines mark the start of each
+    pass.  The plotted points are stored in the PNG's ``nsdist-curve`` text
+    chunk as JSON (``time``, ``measure``, and ``loss`` or ``alive``).
 
     Parameters
     ----------
@@ -110,9 +114,11 @@ def curve_png(history: dict, *, measure: str, title: str) -> bytes:
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
     curve = history["curve"]
+    population = len(history.get("selection") or ()) > 1
+    below = "alive" if population else "loss"
     data = {"time": [p["time"] for p in curve],
             "measure": [p.get("measure") for p in curve],
-            "loss": [p["loss"] for p in curve]}
+            below: [p.get(below) for p in curve]}
     fig = Figure(figsize=(7, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     if any(v is not None for v in data["measure"]):
@@ -121,8 +127,13 @@ def curve_png(history: dict, *, measure: str, title: str) -> bytes:
         top.text(0.5, 0.5, "no evaluation data", ha="center", va="center", transform=top.transAxes)
     top.set_ylabel(measure)
     top.set_title(title)
-    bottom.plot(data["time"], data["loss"], marker=".", color="C1")
-    bottom.set_ylabel("surrogate loss")
+    if population:
+        checked = [(t, a) for t, a in zip(data["time"], data["alive"]) if a is not None]
+        bottom.plot([t for t, _ in checked], [a for _, a in checked], marker=".", color="C1", drawstyle="steps-post")
+        bottom.set_ylabel("live candidates")
+    else:
+        bottom.plot(data["time"], [math.nan if v is None else v for v in data["loss"]], marker=".", color="C1")
+        bottom.set_ylabel("surrogate loss")
     bottom.set_xlabel("training time (s)")
     pass_starts = [p["time"] for prev, p in zip(curve, curve[1:]) if p["pass"] != prev["pass"]]
     for axis in (top, bottom):

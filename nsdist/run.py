@@ -370,7 +370,10 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
     title = (f"{os.path.basename(run.url)}: {model.params['solver'].upper()} for {label}, "
              f"{train.num_rows:,} training rows")
     if h.get("curve"):
-        run.write_bytes("learning_curve.png", curve_png(h, measure=f"{label} on the {role} data", title=title))
+        # the curve's measure is the selection's best value on the validation rows, at each check
+        what = (f"best {label} on the validation rows" if h.get("selection")
+                else f"{label} (not evaluated while training)")
+        run.write_bytes("learning_curve.png", curve_png(h, measure=what, title=title))
         log.info("learning curve: %s (%d points)", run.path("learning_curve.png"), len(h["curve"]))
     elif h.get("folds"):
         run.write_bytes("learning_curve.png", folds_curve_png(

@@ -180,12 +180,35 @@ def test_learning_curve_png_holds_the_history(run):
     image = Image.open(png)
     assert image.size[0] > 300 and image.size[1] > 300
     plotted = json.loads(image.text["nsdist-curve"])
-    curve = load_model(str(run["out"] / "model")).history["curve"]
+    history = load_model(str(run["out"] / "model")).history
+    curve, checks = history["curve"], history["validation_curve"]
     assert len(curve) == 2 * 14                      # one point per partition and pass
     assert plotted["time"] == [p["time"] for p in curve]
-    assert plotted["measure"] == [p.get("measure") for p in curve]    # the fit keeps no test rows (no leak)
-    assert plotted["loss"] == [None if np.isnan(p["loss"]) else p["loss"] for p in curve]
+    # the measure: the selection's best on the validation rows, at the partitions its checks followed (the fit
+    # keeps no test rows: no leak); below it, a population's live candidates (not its mixed surrogates' loss)
+    assert plotted["measure"] == [p.get("measure") for p in curve]
+    assert [v for v in plotted["measure"] if v is not None] == [c["best"] for c in checks]
+    assert "loss" not in plotted and [a for a in plotted["alive"] if a is not None] == [c["alive"] for c in checks]
+    assert [i for i, a in enumerate(plotted["alive"]) if a is not None] == \
+        [i for i, v in enumerate(plotted["measure"]) if v is not None]
     assert all(0 <= v <= 1 for v in plotted["measure"] if v is not None)
+
+
+def test_the_curve_shows_one_candidates_loss_and_a_populations_live_candidates():
+    """``curve_png``'s bottom panel: the surrogate loss of a run with one candidate; the live candidates at each
+    check of a population, whose per-epoch loss averages different surrogates (diverged ones too: 1e277 seen)."""
+    from nsdist.report import curve_png
+
+    curve = [{"time": 0.1 * i, "pass": i // 3, "loss": 1e277 if i == 4 else 1.0 / (i + 1), "rows_seen": 100 * i}
+             for i in range(6)]
+    for i, alive in ((2, 11), (5, 4)):
+        curve[i].update(measure=0.5 + 0.01 * i, alive=alive)
+    one = json.loads(Image.open(io.BytesIO(curve_png({"curve": curve}, measure="m", title="t"))).text["nsdist-curve"])
+    assert one["loss"] == [p["loss"] for p in curve] and "alive" not in one
+    many = {"curve": curve, "selection": [{"name": "a"}, {"name": "b"}]}
+    two = json.loads(Image.open(io.BytesIO(curve_png(many, measure="m", title="t"))).text["nsdist-curve"])
+    assert two["alive"] == [None, None, 11, None, None, 4] and "loss" not in two
+    assert two["measure"] == [None, None, 0.52, None, None, 0.55]
 
 
 def test_run_log_tells_what_happened(run):
