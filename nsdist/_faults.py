@@ -10,9 +10,10 @@ or of the math are raised at once.
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+import contextlib
+from typing import Callable, Iterable, TypeVar
 
-__all__ = ["MAX_RESTARTS", "is_transient", "redo_lost"]
+__all__ = ["MAX_RESTARTS", "is_transient", "redo_lost", "cancel_quietly"]
 
 T = TypeVar("T")
 
@@ -47,3 +48,13 @@ def redo_lost(attempt: Callable[[int], T], lost: Callable[[BaseException, int], 
                 raise
             restart += 1
             lost(exc, restart)
+
+
+def cancel_quietly(client, futures: Iterable) -> None:
+    """Cancel ``futures`` of a failed or abandoned attempt, so that their results (partitions, rows) leave the
+    workers now rather than when the error holding them is freed; the cluster may be gone, and then the
+    error being raised is the one to report, not the cancel's."""
+    futures = [f for f in futures if f is not None]
+    if futures:
+        with contextlib.suppress(Exception):
+            client.cancel(futures)

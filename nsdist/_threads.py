@@ -34,8 +34,33 @@ __all__ = ["one_blas_thread", "on_one_blas_thread"]
 
 F = TypeVar("F", bound=Callable)
 
-_lock = threading.Lock()
-_held: list = []            # [controller, limiter, computations running]; the controller made on first use
+
+class _Limit:
+    """The process's one-thread BLAS limit: set by the first computation that enters, restored by the last to
+    leave (under a lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.controller: threadpoolctl.ThreadpoolController | None = None   # made on first use: after numpy's BLAS
+        self.limiter = None
+        self.running = 0
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.running == 0:
+                self.controller = self.controller or threadpoolctl.ThreadpoolController()
+                self.limiter = _in_control(lambda: self.controller.limit(limits=1, user_api="blas"))
+            self.running += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.running -= 1
+            if self.running == 0:
+                _in_control(self.limiter.restore_original_limits)
+                self.limiter = None
+
+
+_LIMIT = _Limit()
 
 
 def _in_control(change: Callable[[], object]) -> object:
@@ -53,20 +78,11 @@ def _in_control(change: Callable[[], object]) -> object:
 @contextlib.contextmanager
 def one_blas_thread() -> Iterator[None]:
     """BLAS (OpenBLAS, MKL, BLIS) on one thread inside; as it was once no computation of the process is inside."""
-    with _lock:
-        if not _held:
-            _held[:] = [threadpoolctl.ThreadpoolController(), None, 0]       # after numpy has loaded its BLAS
-        if _held[2] == 0:
-            _held[1] = _in_control(lambda: _held[0].limit(limits=1, user_api="blas"))
-        _held[2] += 1
+    _LIMIT.enter()
     try:
         yield
     finally:
-        with _lock:
-            _held[2] -= 1
-            if _held[2] == 0:
-                _in_control(_held[1].restore_original_limits)
-                _held[1] = None
+        _LIMIT.leave()
 
 
 def on_one_blas_thread(fn: F) -> F:

@@ -21,7 +21,6 @@ same model because every step is a pure function of its inputs.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -33,7 +32,7 @@ from dask.base import tokenize
 from dask.sizeof import sizeof
 from distributed import Client, Future
 
-from .._faults import MAX_RESTARTS, is_transient
+from .._faults import MAX_RESTARTS, cancel_quietly, is_transient
 from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.config import TrainConfig
@@ -332,9 +331,7 @@ class PartitionChain:
         ahead, self._ahead = self._ahead, []
         self._gates = (None, [])
         self._tail = None
-        if ahead:
-            with contextlib.suppress(Exception):
-                self.client.cancel(ahead)
+        cancel_quietly(self.client, ahead)
 
     def _run_from(self) -> None:
         cfg, client, steps = self.cfg, self.client, self.steps
@@ -472,11 +469,9 @@ class PartitionChain:
         except BaseException:
             # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
             # and the failed step now, so that they neither stay in the workers' memory nor answer
-            # a later job that asks for the same keys.  (The cluster may be gone: the error is
-            # the one to report, not the cancel's.)
+            # a later job that asks for the same keys.
             self._gates = (None, [])
-            with contextlib.suppress(Exception):
-                client.cancel([g for _, f, parts, summary in inflight for g in (f, *parts, summary) if g is not None])
+            cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)])
             raise
 
     def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,

@@ -12,7 +12,6 @@ so it scatters them again and resubmits the lost fits, up to
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any, Callable
 
@@ -20,7 +19,7 @@ import numpy as np
 from dask.base import tokenize
 from distributed import as_completed
 
-from .._faults import MAX_RESTARTS, is_transient, redo_lost
+from .._faults import MAX_RESTARTS, cancel_quietly, is_transient, redo_lost
 from ..solvers.config import TrainConfig
 
 __all__ = ["fold_tasks"]
@@ -67,8 +66,7 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
                 if lost is not None:
                     raise lost
             except BaseException:
-                with contextlib.suppress(Exception):          # the cluster may be gone: its error is the one
-                    client.cancel([*futures, *rows.values()])
+                cancel_quietly(client, [*futures, *rows.values()])
                 raise
             return [done[f] for f in range(k)]
 
