@@ -52,7 +52,7 @@ def as_pm1_labels(y, *, name: str = "y") -> np.ndarray:
             shown = ", ".join(repr(v) for v in names[:3]) + (", ..." if len(names) > 3 else "")
             raise ValueError(f"{name} holds class names ({shown}), not labels in {{-1,+1}}, {{0,1}} or bool: "
                              f"write the label as bool, e.g. {name} == {names[0]!r} for that class as the positive "
-                             "one (nsdist ingest --positive does this for CSV and SVMlight files)")
+                             "one (data files: nsdist.train / evaluate / ingest take positive=)")
         raise ValueError(f"{name} must hold labels in {{-1,+1}}, {{0,1}} or bool; got dtype {y.dtype}")
     if np.issubdtype(y.dtype, np.floating) and not np.all(np.isfinite(y)):
         i = _first_bad(~np.isfinite(y))

@@ -41,17 +41,21 @@ log = logging.getLogger("nsdist")
 
 
 def open_dataset(dataset: str | Dataset, *, label_column: str = "label", feature_columns=None,
-                 storage_options: dict | None = None) -> Dataset:
-    """A :class:`~nsdist.data.Dataset` from a URL (or the dataset itself)."""
+                 storage_options: dict | None = None, positive=None) -> Dataset:
+    """A :class:`~nsdist.data.Dataset` from a URL (or the dataset itself; ``positive``, if given, must then be
+    the one it was opened with)."""
     if isinstance(dataset, Dataset):
+        if positive is not None and dataset.schema.positive != Dataset.positive_values(positive):
+            raise ValueError(f"{dataset.url}: opened with positive={dataset.schema.positive}, not "
+                             f"positive={positive!r}: pass the URL, or open it with that positive=")
         return dataset
     return Dataset.open(dataset, label_column=label_column, feature_columns=feature_columns,
-                        storage_options=storage_options)
+                        storage_options=storage_options, positive=positive)
 
 
 @on_one_blas_thread
 def train(dataset: str | Dataset, *, client=None, label_column: str = "label", feature_columns=None,
-          storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
+          positive=None, storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
           checkpoint_options: dict | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
@@ -73,6 +77,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         Where to run (see :func:`nsdist.engine.cluster.connect`).
     label_column, feature_columns, storage_options :
         How to read the dataset (``feature_columns=None``: every other column).
+    positive : str, number, sequence of them, optional
+        The label value(s) of the positive class as stored in the label
+        column (class names: ``positive="fraud"``); every other label is
+        negative.  Default: the labels are ``{-1, +1}``, ``{0, 1}`` or bool.
     prefetch : int
         Partitions loaded ahead of the chain (memory bound).
     checkpoint : str, optional
@@ -138,7 +146,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         raise ValueError("validation_folds > 1 (K-fold selection) reads the data onto the driver and selects on "
                          "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
-                      storage_options=storage_options)
+                      storage_options=storage_options, positive=positive)
     if init_model is not None:
         if not cfg.streaming:
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
@@ -393,8 +401,11 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None)
 
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",
-             feature_columns=None, storage_options: dict | None = None, threshold: float = 0.0) -> dict:
+             feature_columns=None, storage_options: dict | None = None, threshold: float = 0.0,
+             positive=None) -> dict:
     """Every measure of docs/measures.md of ``model`` on ``dataset``, exact and out of core.
+
+    ``positive``: the label value(s) of the positive class, as in :func:`train`.
 
     Returns a dict with ``auc``, ``partial_auc`` (at the model's ``beta``, else
     0.1), ``precision_at_k`` (at the model's ``k``, else the positive rate),
@@ -406,9 +417,9 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     k = model.params.get("k") if model.measure == "prec@k" else None
     if isinstance(dataset, str) and sparse_input_format(dataset, storage_options) == "svmlight":
         return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
-                                     label_column=label_column, storage_options=storage_options)
+                                     label_column=label_column, storage_options=storage_options, positive=positive)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
-                      storage_options=storage_options)
+                      storage_options=storage_options, positive=positive)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")
     with connect(client) as c:
         return evaluate_dataset(c, ds, model.coef, model.intercept, beta=beta or 0.1, k=k, threshold=threshold)

@@ -50,6 +50,9 @@ TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
      "data-parallel mode: K chains per round, their models averaged (default 1: the exact sequence)"),
     ("--random-state", "solver.random_state", "SEED", "seed of the stream order"),
     ("--label-column", "dataset.label_column", "COL", "label column of the dataset"),
+    ("--positive", "dataset.positive", "VALUE",
+     "label value of the positive class as stored (class names: --positive fraud); every other label is "
+     "negative (default: labels are 1/-1, 1/0 or true/false)"),
     ("--test", "dataset.test_url", "DATASET", "Parquet dataset to evaluate on (never seen by the fit)"),
     ("--holdout", "dataset.holdout", "F", "instead of --test: hold out this fraction of the partitions"),
     ("--standardize", "dataset.standardize", "BOOL",
@@ -188,6 +191,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("model", help="model directory (or a run directory holding model/)")
     p.add_argument("dataset", help="Parquet dataset URL")
     p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
+    p.add_argument("--positive", action="append", metavar="VALUE",
+                   help="a label value of the positive class as stored (class names: --positive fraud; "
+                        "repeatable); every other label is negative (default: labels are 1/-1, 1/0 or true/false)")
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="score above which a row is labelled positive, for F1 (default 0)")
     p.add_argument("--out", metavar="FILE", help="JSON output (default: evaluation.json next to the model)")
@@ -379,7 +385,7 @@ def _cmd_evaluate(args) -> int:
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
     dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
-                               storage_options=storage)
+                               storage_options=storage, positive=args.positive)
     with connect(args.scheduler) as client:
         announce(client)
         result = api.evaluate(model, dataset, client=client, threshold=args.threshold)
@@ -464,6 +470,7 @@ def _one_line(exc: BaseException) -> str:
 
 #: API keyword -> job key, for messages of ``train`` and ``retrain`` (``pass label_column=`` ...)
 _JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset.feature_columns",
+             "positive": "dataset.positive",
              "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
              "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
              "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",

@@ -85,6 +85,9 @@ class DatasetSpec(_Section):
 
     url: str = Field(description="Parquet dataset to train on (directory, glob or fsspec URL)")
     label_column: str = Field("label", description="label column of the Parquet dataset")
+    positive: Union[str, int, float, list[Union[str, int, float]], None] = Field(
+        None, description="label value(s) of the positive class as stored, e.g. fraud for class names; every "
+                          "other label is negative (None: labels are 1/-1, 1/0 or true/false)")
     feature_columns: list[str] | None = Field(None, description="None: every other column")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (credentials, "
                                             "endpoint ...) for url, test_url and the raw files to ingest; merged "
@@ -96,6 +99,12 @@ class DatasetSpec(_Section):
                               "(computed in one pass; the saved model is on the raw features)")
     ingest: IngestSpec | None = Field(None, description="build url from a raw file first when it is missing")
     test_ingest: IngestSpec | None = Field(None, description="build test_url from a raw file when it is missing")
+
+    def read_options(self) -> dict[str, Any]:
+        """How to read the datasets: the keyword arguments of :func:`nsdist.api.open_dataset` besides the URL
+        and its storage options."""
+        return {"label_column": self.label_column, "feature_columns": self.feature_columns,
+                "positive": self.positive}
 
     @model_validator(mode="after")
     def _one_test_source(self) -> "DatasetSpec":

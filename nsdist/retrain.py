@@ -308,8 +308,7 @@ def _open(job: TrainJob):
         raise ValueError(f"retrain needs dataset.url to be a directory into which partitions arrive; "
                          f"{where} is not")
     try:
-        ds = api.open_dataset(spec.url, label_column=spec.label_column, feature_columns=spec.feature_columns,
-                              storage_options=options or None)
+        ds = api.open_dataset(spec.url, **spec.read_options(), storage_options=options or None)
     except DataNotFoundError:
         return None, where, {}
     infos = fs.find(root, detail=True)

@@ -151,7 +151,7 @@ def _split(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str]:
     """Open the training data and the evaluation data; the latter's role: ``test``, ``holdout`` or ``training``."""
     from . import api
 
-    how = dict(label_column=spec.label_column, feature_columns=spec.feature_columns, storage_options=options)
+    how = dict(spec.read_options(), storage_options=options)
     train = api.open_dataset(spec.url, **how)
     if spec.test_url is not None:
         return train, api.open_dataset(spec.test_url, **how), "test"

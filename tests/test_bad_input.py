@@ -125,9 +125,9 @@ def bad_label(root: Path, X, y):
 
 
 def class_name_labels(root: Path, X, y):
-    """class names ("fraud" / "ok") in the label column, as users' tables often hold them"""
+    """class names ("fraud" / "ok") in the label column, as users' tables often hold them, without positive="""
     return write_parquet(root, X, np.where(y > 0, "fraud", "ok"), rows_per_file=500), [
-        "part-00000.parquet (partition 0)", "label holds class names ('fraud', 'ok')", "label == 'fraud'"]
+        "part-00000.parquet", "label column 'label' holds class names ('fraud', 'ok')", "positive", "'fraud'"]
 
 
 def missing_column(root: Path, X, y):
@@ -229,6 +229,34 @@ def test_bad_data_is_rejected_by_nsdist_evaluate(model, rows, env, tmp_path, rel
     reliability("bad input", "NaN in a feature, to `nsdist evaluate`", exit_code=1, message=line)
     assert line.startswith("nsdist evaluate: error: ") and all(n in line for n in needles)
     assert not (tmp_path / "eval.json").exists()
+
+
+def test_class_names_train_and_evaluate_with_positive(rows, cluster, env, tmp_path):
+    """Labels stored as class names train with ``positive=``: the same model, bit for bit, as the same rows
+    labelled +1/-1 (1PMB and 2PMB), the same measures from ``evaluate``, and ``nsdist train --positive`` /
+    ``nsdist evaluate --positive`` do the same; naming the other class as positive trains another model."""
+    X, y = rows
+    plain = write_parquet(tmp_path / "plain", X, y, rows_per_file=500)
+    named = write_parquet(tmp_path / "named", X, np.where(y > 0, "fraud", "ok"), rows_per_file=500)
+    models = {}
+    for solver in ("1pmb", "2pmb"):
+        models[solver] = train(plain, client=cluster, solver=solver, **TRAIN)
+        got = train(named, client=cluster, solver=solver, positive="fraud", **TRAIN)
+        np.testing.assert_array_equal(got.coef, models[solver].coef)
+        assert got.intercept == models[solver].intercept
+    assert got.dataset_fingerprint != models["2pmb"].dataset_fingerprint    # the labels were read another way
+    measures = evaluate(models["1pmb"], plain, client=cluster)
+    assert evaluate(models["1pmb"], named, client=cluster, positive="fraud") == measures
+    flipped = train(named, client=cluster, positive="ok", **TRAIN)
+    assert not np.array_equal(flipped.coef, models["1pmb"].coef)
+    out = tmp_path / "run"
+    proc = nsdist_cli("train", named, "--positive", "fraud", *TRAIN_ARGS, "--out", out, env=env)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(load_model(str(out / "model")).coef, models["1pmb"].coef)
+    proc = nsdist_cli("evaluate", out / "model", named, "--positive", "fraud", "--out", tmp_path / "e.json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    evaluated = json.loads((tmp_path / "e.json").read_text())
+    assert {k: evaluated[k] for k in measures} == measures
 
 
 def test_an_empty_partition_among_others_is_skipped_with_a_warning(rows, cluster, tmp_path):

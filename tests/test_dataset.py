@@ -338,3 +338,58 @@ def test_footer_label_statistics_show_both_classes(tmp_path):
     assert Dataset.open(str(tmp_path / "part-0.parquet")).has_both_classes() is None     # cannot tell: read
     pq.write_table(pa.Table.from_pandas(_frame(5, [1, 0, 1, 0, 1])), tmp_path / "s.parquet", write_statistics=False)
     assert Dataset.open(str(tmp_path / "s.parquet")).has_both_classes() is None
+
+
+def test_class_name_labels_need_positive_and_read_with_it(tmp_path):
+    """Labels stored as class names (plain or dictionary-encoded strings, in several row groups) are refused at
+    open without ``positive=``, naming the file and the names; with it, the positive class's rows are +1 and
+    every other row -1, on every read path, and the dataset's fingerprint records the choice."""
+    names = np.array(["ok", "fraud", "ok", " 'fraud' ", "ok", "chargeback", "ok", "fraud"])
+    expected = np.array([-1, 1, -1, 1, -1, -1, -1, 1], dtype=np.int8)
+    X = RNG.normal(size=(8, 2))
+    for dictionary in (False, True):
+        root = tmp_path / f"dict{dictionary}"
+        root.mkdir()
+        labels = pa.array(names).dictionary_encode() if dictionary else pa.array(names)
+        pq.write_table(pa.table({"a": X[:, 0], "b": X[:, 1], "status": labels}), root / "part-0.parquet",
+                       row_group_size=3)
+        with pytest.raises(ValueError, match=re.escape("part-0.parquet: label column 'status' holds class names (")
+                           + r".*" + re.escape("pass positive=")):
+            Dataset.open(str(root), label_column="status")
+        ds = Dataset.open(str(root), label_column="status", positive="fraud")
+        assert ds.schema.positive == ("fraud",) and ds.metadata["label_positive"] == ["fraud"]
+        assert ds.partitions[0].label_range is None and ds.has_both_classes() is None
+        np.testing.assert_array_equal(ds.read_labels(0), expected)
+        np.testing.assert_array_equal(ds.read_partition(0)[1], expected)
+        rows = np.array([7, 0, 3])
+        np.testing.assert_array_equal(ds.read_block(0, order=lambda y: rows)[1], expected[rows])
+        two = Dataset.open(str(root), label_column="status", positive=["fraud", "chargeback"])
+        np.testing.assert_array_equal(two.read_labels(0), np.where(np.isin(np.arange(8), [1, 3, 5, 7]), 1, -1))
+        assert len({ds.fingerprint, two.fingerprint}) == 2
+    pq.write_table(pa.table({"a": X[:3, 0], "status": pa.array(["ok", None, "fraud"])}), tmp_path / "n.parquet")
+    with pytest.raises(ValueError, match=re.escape("n.parquet (partition 0): row 1: label column 'status' is "
+                                                   "missing")):
+        Dataset.open(tmp_path / "n.parquet", label_column="status", positive="fraud").read_labels(0)
+
+
+def test_positive_picks_codes_and_leaves_plain_labels_as_they_were(tmp_path):
+    """``positive=`` also names numeric codes (1..26 as the letter, matched as numbers); a dataset opened
+    without it keeps its fingerprint, and one whose later partition holds strings is refused naming it."""
+    codes = np.array([14, 3, 14, 26, 1, 14])
+    _frame(6, codes).to_parquet(tmp_path / "codes.parquet")
+    ds = Dataset.open(tmp_path / "codes.parquet", positive=[14.0])
+    np.testing.assert_array_equal(ds.read_labels(0), np.where(codes == 14, 1, -1))
+    with pytest.raises(ValueError, match=re.escape("label[0] = 14 is not a valid label; use {-1,+1}, {0,1} or bool; or pass "
+                                                   "positive= naming the positive class's code")):
+        Dataset.open(tmp_path / "codes.parquet").read_labels(0)
+    root = tmp_path / "mixed"
+    root.mkdir()
+    _frame(4, [0, 1, 0, 1]).to_parquet(root / "part-0.parquet")
+    plain = Dataset.open(str(root))
+    assert "positive" not in plain.schema.describe() and "label_positive" not in plain.metadata
+    _frame(4, ["no", "yes", "no", "no"]).to_parquet(root / "part-1.parquet")
+    with pytest.raises(ValueError, match=re.escape("part-1.parquet (partition 1): label column 'label' holds "
+                                                   "class names ('no', 'yes')") + ".*positive='no'"):
+        Dataset.open(str(root)).read_labels(1)
+    with pytest.raises(ValueError, match="positive must name at least one label value"):
+        Dataset.open(str(root), positive=[])

@@ -161,6 +161,19 @@ def test_parquet_to_parquet(tmp_path, dask_client):
     np.testing.assert_array_equal(_sorted_rows(*_read_all(ds)),
                                   _sorted_rows(df[["u", "v"]].to_numpy(float), np.where(df["label"], 1, -1)))
     assert ds.metadata["source"]["format"] == "parquet"
+    for df in frames:
+        df["label"] = np.where(df["label"], "fraud", "ok")
+    for k, df in enumerate(frames):
+        df.to_parquet(tmp_path / "user" / f"p{k}.parquet")
+    with pytest.raises(ValueError, match="option\\(s\\) \\['negative'\\] do not apply to parquet input"):
+        ingest(tmp_path / "user", tmp_path / "out2", positive="fraud", negative="ok", client=dask_client)
+    named = ingest(tmp_path / "user", tmp_path / "out2", positive="fraud", rows_per_partition=500,
+                   client=dask_client)
+    np.testing.assert_array_equal(_sorted_rows(*_read_all(named)), _sorted_rows(*_read_all(ds)))
+    assert named.metadata["label_mapping"]["positive"] == ["fraud"]
+    with pytest.raises(ValueError, match="all 1100 rows are negative \\(label column 'label', with positive="
+                                         "\\['fruad'\\]\\)"):
+        ingest(tmp_path / "user", tmp_path / "out3", positive="fruad", client=dask_client)
 
 
 def test_memory_urls_both_sides(repo_data, memory_url, dask_client):

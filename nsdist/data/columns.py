@@ -28,7 +28,7 @@ names the partition and the 0-based row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from nsdist._names import NameRange, names_from_json, names_to_json
 from nsdist._validation import as_pm1_labels
 from nsdist.data.dense import column_numpy
+from nsdist.data.labels import LabelRule, LabelValues, clean_strings
 
 __all__ = ["FeatureSchema"]
 
@@ -69,6 +70,23 @@ def _first(mask: np.ndarray) -> int:
     return int(np.argmax(mask))
 
 
+def _is_text(t: pa.DataType) -> bool:
+    """Labels stored as strings (class names), plain or dictionary-encoded."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def class_names_error(where: str, label: str, names: Sequence[str]) -> ValueError:
+    """The error for class names in a label column read without ``positive=``: names them, says what to pass."""
+    names = sorted(names)
+    shown = ", ".join(repr(v) for v in names[:3]) + (", ..." if len(names) > 3 else "")
+    example = repr(names[0]) if names else "'<the positive class>'"
+    return ValueError(f"{where}: label column {label!r} holds class names ({shown}), not labels in "
+                      f"{{-1,+1}}, {{0,1}} or bool: pass positive={example} to name the positive class "
+                      "(every other label is then negative)")
+
+
 @dataclass(frozen=True)
 class FeatureSchema:
     """The feature layout of a dataset, fixed by its first partition.
@@ -86,6 +104,11 @@ class FeatureSchema:
         Every column of the first partition when the features were inferred
         (another partition with extra columns then differs); ``None`` when the
         caller chose ``feature_columns``.
+    positive : tuple of str or None
+        The label values of the positive class (``positive=``; matched as
+        :class:`~nsdist.data.labels.LabelRule` does: as strings, or as numbers when
+        both sides are numbers); every other label is negative.  ``None``: the
+        labels are ``{-1, +1}``, ``{0, 1}`` or bool.
     """
 
     layout: str
@@ -93,6 +116,7 @@ class FeatureSchema:
     columns: tuple[tuple[str, str], ...]
     names: tuple[str, ...] | NameRange
     all_columns: tuple[str, ...] | None
+    positive: tuple[str, ...] | None = None
 
     @property
     def n_features(self) -> int:
@@ -105,14 +129,17 @@ class FeatureSchema:
         return [name for name, _ in self.columns] + [self.label]
 
     def describe(self) -> dict:
-        """JSON-ready description (part of the dataset fingerprint)."""
+        """JSON-ready description (part of the dataset fingerprint; ``positive`` only when given, so that a
+        dataset read as before keeps its fingerprint)."""
         return {"layout": self.layout, "label_column": self.label,
-                "columns": [list(c) for c in self.columns], "feature_names": names_to_json(self.names)}
+                "columns": [list(c) for c in self.columns], "feature_names": names_to_json(self.names),
+                **({} if self.positive is None else {"positive": list(self.positive)})}
 
     @classmethod
     def infer(cls, schema: pa.Schema, *, label_column: str = "label",
               feature_columns: str | Sequence[str] | None = None, metadata: dict | None = None,
-              where: str = "") -> FeatureSchema:
+              where: str = "", positive: LabelValues = None,
+              label_names: Sequence[str] = ()) -> FeatureSchema:
         """Work out the layout from one file's Arrow schema.
 
         Parameters
@@ -126,18 +153,27 @@ class FeatureSchema:
             The ``nsdist`` schema metadata (feature names, ``n_features``).
         where : str
             The file, for messages.
+        positive : str, number, sequence of them, or None
+            The label value(s) of the positive class (see the class's ``positive``).
+        label_names : sequence of str
+            Some of the label column's values, for the message when it holds
+            strings and ``positive`` is not given (the footer's statistics).
 
         Raises
         ------
         ValueError
-            If the label or a feature column is missing or not numeric, or no
-            feature can be found; naming the file and the column.
+            If the label or a feature column is missing or not numeric, the
+            labels are strings and ``positive`` is not given, or no feature can
+            be found; naming the file and the column.
         """
         metadata = metadata or {}
         types = {f.name: f.type for f in schema}
         if label_column not in types:
             raise ValueError(f"{where}: no label column {label_column!r}; the columns are {schema.names} "
                              "(pass label_column=)")
+        if positive is None and _is_text(types[label_column]):
+            raise class_names_error(where, label_column, label_names)
+        positive = LabelRule.create(positive).positive
         if feature_columns is None:
             index = _index_columns(schema)
             candidates = [n for n in schema.names if n != label_column and n not in index]
@@ -159,12 +195,13 @@ class FeatureSchema:
                         if name == recorded != label_column else "")
                 raise ValueError(f"{where}: column {name!r} is the label, not a feature{hint}")
         if isinstance(selected, str):
-            return cls._vector(selected, types, label_column, metadata, all_columns, where)
+            return replace(cls._vector(selected, types, label_column, metadata, all_columns, where),
+                           positive=positive)
         for name in selected:
             if name not in types:
                 raise ValueError(f"{where}: no feature column {name!r}; the columns are {schema.names}")
         if tuple(selected) == _SPARSE and _kind(types["indices"]) == "list<integer>":
-            return cls._sparse(types, label_column, metadata, all_columns, where)
+            return replace(cls._sparse(types, label_column, metadata, all_columns, where), positive=positive)
         if not selected:
             raise ValueError(f"{where}: no feature columns besides the label {label_column!r}")
         other = [name for name in selected if _kind(types[name]) != "number"]
@@ -177,7 +214,7 @@ class FeatureSchema:
                              + "; pass feature_columns= to choose the numeric features"
                              + (f" (the {len(numeric)} numeric ones: {listed})" if all_columns and numeric else ""))
         return cls("columns", label_column, tuple((n, "number") for n in selected), tuple(selected),
-                   all_columns)
+                   all_columns, positive)
 
     @classmethod
     def _vector(cls, name, types, label, metadata, all_columns, where) -> FeatureSchema:
@@ -219,15 +256,23 @@ class FeatureSchema:
                 raise ValueError(f"{prefix} column {extra[0]!r} is not in the first partition")
 
     def labels(self, table: pa.Table, where: str) -> np.ndarray:
-        """The label column as ``int8`` in ``{-1, +1}`` (docs/measures.md §Labels encodings)."""
+        """The label column as ``int8`` in ``{-1, +1}`` (docs/measures.md §Labels encodings; with
+        ``positive``, ``+1`` where the label is one of those values and ``-1`` elsewhere)."""
         column = table.column(self.label)
         if column.null_count:
             row = _first(column.is_null().to_numpy(zero_copy_only=False))
             raise ValueError(f"{where}: row {row}: label column {self.label!r} is missing (null)")
+        if self.positive is not None:
+            text = clean_strings(pc.cast(column, pa.string()).combine_chunks())
+            codes, _ = LabelRule(self.positive).classify(text, lambda i: f"{where}: row {i}")
+            return codes
+        if _is_text(column.type):
+            raise class_names_error(where, self.label, pc.unique(column.slice(0, 10_000)).to_pylist())
         try:
             return as_pm1_labels(column_numpy(column), name=self.label)
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            codes = "; or pass positive= naming the positive class's code" if "use {-1,+1}" in str(exc) else ""
+            raise ValueError(f"{where}: {exc}{codes}") from None
 
     def features(self, table: pa.Table, dtype=np.float64, where: str = "", *,
                  sparse: bool | None = None) -> np.ndarray | sp.csr_matrix:

@@ -36,6 +36,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
+from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.dense import checked_columns
 from nsdist.solvers.blocks import gather_block, take_rows
 from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
@@ -118,18 +119,23 @@ class Dataset:
     @classmethod
     def open(cls, url: str | os.PathLike, *, label_column: str = "label",
              feature_columns: str | Sequence[str] | None = None,
-             storage_options: Mapping[str, Any] | None = None) -> Dataset:
+             storage_options: Mapping[str, Any] | None = None, positive: LabelValues = None) -> Dataset:
         """Open a dataset from a file, directory or glob at a local path or fsspec URL.
 
         Parameters
         ----------
         url : str or path
         label_column : str
-            Holds labels in ``{-1, +1}``, ``{0, 1}`` or bool.
+            Holds labels in ``{-1, +1}``, ``{0, 1}`` or bool; or any values (class
+            names such as ``"fraud"`` / ``"ok"``, codes) with ``positive``.
         feature_columns : str, sequence of str, or None
             See :meth:`FeatureSchema.infer`.
         storage_options : mapping, optional
             Passed to fsspec (credentials, endpoints, ...).
+        positive : str, number, sequence of them, or None
+            The label value(s) of the positive class, read as it is stored
+            (``positive="fraud"``, ``positive=[7, 8]``): every other label is
+            negative (docs/measures.md §Labels).
 
         Raises
         ------
@@ -145,7 +151,9 @@ class Dataset:
         first = display(fs, files[0][0])
         stored = _schema_metadata(footers[0][1], first)
         schema = FeatureSchema.infer(footers[0][1], label_column=label_column,
-                                     feature_columns=feature_columns, metadata=stored, where=first)
+                                     feature_columns=feature_columns, metadata=stored, where=first,
+                                     positive=positive, label_names=_label_range(footers[0][2], label_column,
+                                                                                 (str,)) or ())
         partitions: list[PartitionInfo] = []
         offset = 0
         for (p, size), (num_rows, file_schema, file_meta) in zip(files, footers):
@@ -157,7 +165,7 @@ class Dataset:
             relative = posixpath.relpath(p, root) if root else posixpath.basename(p)
             partitions.append(PartitionInfo(p, len(partitions), num_rows, offset, size,
                                             meta.sha256_json([relative, size, num_rows]),
-                                            _label_range(file_meta, schema.label)))
+                                            None if schema.positive else _label_range(file_meta, schema.label)))
             offset += num_rows
         if not partitions:
             raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
@@ -165,11 +173,19 @@ class Dataset:
                                         "partitions": [p.fingerprint for p in partitions]})
         sidecar = _sidecar(fs, root, partitions) if root == path else None
         stored = sidecar or {k: v for k, v in stored.items() if k not in _WHOLE_DATASET_COUNTS}
+        if schema.positive is not None:       # its counts are of the labels as ingest read them
+            stored = {k: v for k, v in stored.items() if k not in _WHOLE_DATASET_COUNTS}
         derived = {"layout": schema.layout, "label_column": schema.label,
+                   **({} if schema.positive is None else {"label_positive": list(schema.positive)}),
                    "feature_names": names_to_json(schema.names), "n_features": schema.n_features,
                    "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint,
                    "feature_dtype": _native_dtype(footers[0][1], schema)}
         return cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
+
+    @staticmethod
+    def positive_values(positive: LabelValues) -> tuple[str, ...] | None:
+        """``positive=`` as the schema holds it (:attr:`FeatureSchema.positive`)."""
+        return LabelRule.create(positive).positive
 
     @property
     def n_features(self) -> int:
@@ -431,8 +447,9 @@ def _parquet_file(fs: AbstractFileSystem, path: str) -> Iterator[pq.ParquetFile]
             yield pq.ParquetFile(f)
 
 
-def _label_range(metadata: pq.FileMetaData, label: str) -> tuple | None:
-    """``(min, max)`` of the label column over every row group's statistics (None if any lacks them)."""
+def _label_range(metadata: pq.FileMetaData, label: str, kinds: tuple = (bool, int, float)) -> tuple | None:
+    """``(min, max)`` of the label column over every row group's statistics, values of the types ``kinds``
+    (None if any lacks them)."""
     try:
         k = next(k for k in range(metadata.num_columns) if metadata.schema.column(k).path == label)
         lo = hi = None
@@ -441,7 +458,7 @@ def _label_range(metadata: pq.FileMetaData, label: str) -> tuple | None:
             if st is None or not st.has_min_max:
                 return None
             a, b = st.min, st.max
-            if not all(isinstance(v, (bool, int, float)) for v in (a, b)):
+            if not all(isinstance(v, kinds) for v in (a, b)):
                 return None
             lo = a if lo is None else min(lo, a)
             hi = b if hi is None else max(hi, b)

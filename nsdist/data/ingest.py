@@ -95,7 +95,9 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         strings after stripping quotes, or as numbers). ``negative``: if given,
         the label(s) meaning negative; rows with any other label are dropped.
         Defaults: svmlight label ``> 0`` is positive; CSV labels must be
-        ``1``/``true`` or ``-1``/``0``/``false``. Not for Parquet input.
+        ``1``/``true`` or ``-1``/``0``/``false``. Parquet input takes ``positive``
+        only (every other label is negative), as :meth:`Dataset.open
+        <nsdist.data.Dataset.open>` does.
     categorical : sequence of column names/indices, or mapping column -> categories
         CSV columns to one-hot encode. With a sequence the categories are found
         in the first pass (sorted); with a mapping (e.g. ``metadata["categories"]``
@@ -225,8 +227,9 @@ def _one_class(source: Source, n_rows: int, positives: int, chunk_rows: int) -> 
     """The error of an input whose rows are all of one class, naming the label values it holds."""
     which = "negative" if positives == 0 else "positive"
     mapping = source.describe()["label_mapping"]
-    if getattr(source, "rule", None) is None:     # Parquet input: labels are already +1/-1, 1/0 or bool
-        return (f"{source.name}: all {n_rows} rows are {which} (label column {mapping.get('column')!r}): "
+    if getattr(source, "rule", None) is None:     # Parquet input: labels +1/-1, 1/0, bool, or positive=
+        given = "" if mapping.get("positive") is None else f", with positive={mapping['positive']}"
+        return (f"{source.name}: all {n_rows} rows are {which} (label column {mapping.get('column')!r}{given}): "
                 "a dataset needs both classes")
     found, complete = _label_values(source, chunk_rows)
     shown = ", ".join(repr(v) for v in found[:_FOUND_LIMIT]) + (", ..." if len(found) > _FOUND_LIMIT else "")

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 from nsdist.data.dataset import Dataset, _read_footer
 from nsdist.data.fs import resolve
-from nsdist.data.labels import LabelRule
+from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
 from nsdist.data.sources import infer_format
 
@@ -60,8 +60,12 @@ def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = No
 
 def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
                 storage_options: Mapping[str, Any] | None = None,
-                chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
+                chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None
+                ) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
     """Stream a sparse input as ``(copied columns, X)`` chunks, ``X`` CSR of ``n_features`` columns.
+
+    ``positive``: the label value(s) of the positive class (default: svmlight labels ``> 0``, Parquet labels
+    ``{-1, +1}``, ``{0, 1}`` or bool); the label comes out in ``{-1, +1}``.
 
     Raises
     ------
@@ -77,12 +81,12 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
         if keep:
             raise ValueError(f"--keep does not apply to svmlight input {src} (it has no named columns)")
         fs, path = resolve(src, storage_options)
-        rule = LabelRule(default="sign")
+        rule = LabelRule.create(positive, default="sign")
         for block in text_blocks(fs, path, chunk_rows):
             rows = parse_svmlight(block, rule, n_features=n_features)
             yield pa.table({"label": pa.array(rows.labels, pa.int8())}), rows.to_csr(n_features)
         return
-    ds = Dataset.open(src, label_column=label_column, storage_options=storage_options)
+    ds = Dataset.open(src, label_column=label_column, storage_options=storage_options, positive=positive)
     if ds.n_features != n_features:
         raise ValueError(f"{src} has {ds.n_features} features, the model expects {n_features}")
     names = _read_footer(ds.fs, ds.partitions[0].path)[1].names

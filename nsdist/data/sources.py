@@ -278,7 +278,8 @@ class CsvSource(TextFileSource):
 
 @dataclass(frozen=True)
 class ParquetSource:
-    """A Parquet dataset (labels in {-1,+1}/{0,1}/bool); one chunk per partition."""
+    """A Parquet dataset (labels in {-1,+1}/{0,1}/bool, or any values with ``positive=``); one chunk per
+    partition."""
 
     dataset: Dataset
 
@@ -311,7 +312,8 @@ class ParquetSource:
 
     def describe(self) -> dict:
         return {"source": {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint},
-                "label_mapping": {"column": self.dataset.label_column, **LabelRule().describe()},
+                "label_mapping": {"column": self.dataset.label_column,
+                                  **LabelRule(self.dataset.schema.positive).describe()},
                 "categories": {}}
 
 
@@ -337,14 +339,15 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
              "positive": positive is not None, "negative": negative is not None,
              "n_features": n_features is not None, "label_column": label_column != "label"}
     allowed = {"csv": {"categorical", "header", "positive", "negative", "label_column"},
-               "svmlight": {"positive", "negative", "n_features"}, "parquet": {"label_column"}}[fmt]
+               "svmlight": {"positive", "negative", "n_features"}, "parquet": {"label_column", "positive"}}[fmt]
     wrong = [option for option, used in given.items() if used and option not in allowed]
     if wrong:
         raise ValueError(f"option(s) {wrong} do not apply to {fmt} input {display(fs, path)}")
     if fmt == "parquet":
         if not isinstance(label_column, str):
             raise ValueError(f"label_column must be a column name for Parquet input, got {label_column!r}")
-        return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options))
+        return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
+                                          positive=positive))
     if not fs.isfile(path):
         raise DataNotFoundError(f"no such file: {display(fs, path)}")
     if fmt == "svmlight":
