@@ -289,9 +289,13 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         saver.write(Checkpoint(job, ds.fingerprint, step, len(steps), st, reservoir, chain.epoch_stats(),
                                chain.elapsed(), None if selection is None else selection.to_dict(), curve))
 
+    alive = [int(state.alive.sum())]      # the candidates alive after the last check (a resumed job: its own)
+
     def after_step(p: ChainProgress) -> None:
         curve.append({"time": p.elapsed, "rows_seen": p.rows_seen, "pass": p.pass_index,
                       "partition": p.partition, "loss": p.loss})
+        if selection is not None:
+            p.best, p.alive = (selection.best if selection.checks else None), alive[0]
         # a step that ends a segment is saved after its check (which may change the state)
         if saver is not None and (p.step - 1) not in check_set and saver.due(p.step):
             save(p.step, p.state)
@@ -302,10 +306,11 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         stop = False
         if selection is not None:
             st, stop = selection.check(cfg, st, *val)
+            alive[0] = int(st.alive.sum())
             if curve:
-                curve[-1]["measure"], curve[-1]["alive"] = selection.best, int(st.alive.sum())
+                curve[-1]["measure"], curve[-1]["alive"] = selection.best, alive[0]
             log.info("check %d after %d steps: best %s %.4f, %d candidate(s) alive%s", selection.checks,
-                     st.epoch, cfg.measure, selection.best, int(st.alive.sum()), "; stopping early" if stop else "")
+                     st.epoch, cfg.measure, selection.best, alive[0], "; stopping early" if stop else "")
         if saver is not None and (saver.due(position) or stop or position == len(steps)):
             save(position, st)
         return st, stop
@@ -341,7 +346,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         "epochs": int(state.epoch), "skipped_epochs": int(state.skipped), "rows_seen": int(state.rows_seen),
         "partitions": len(ds.partitions), "passes": -(-done // n_blocks), "max_passes": cfg.passes,
         "seconds": seconds, "rows_per_second": state.rows_seen / seconds if seconds > 0 else None,
-        "final_loss": float(done_stats["loss"][-min(len(done_stats), 20):].mean()) if len(done_stats) else None,
+        "final_loss": _final_loss(done_stats),
         "curve": curve, "phases": phases,
         "validation_rows": n_val, "validation_positives": v_pos,
     }
@@ -367,6 +372,13 @@ def _log_resolution(v_pos: int, folds: int = 1) -> None:
         log.info("with %d validation positives, K-fold selection (validation_folds=%d) would choose on every "
                  "positive, for about %d times the fit, reading every row onto the driver (docs/solvers.md, "
                  "'K-fold selection')", v_pos, AUTO_FOLDS, AUTO_FOLDS)
+
+
+def _final_loss(stats: np.ndarray) -> float | None:
+    """The mean surrogate loss of the last 20 epochs; None without epochs or when the candidates trained
+    different surrogates (their mean is on no scale: the kernel records NaN)."""
+    value = float(stats["loss"][-min(len(stats), 20):].mean()) if len(stats) else math.nan
+    return value if math.isfinite(value) else None
 
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None) -> LinearModel:

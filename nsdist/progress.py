@@ -9,14 +9,25 @@ from tqdm import tqdm
 
 from .engine.chain import ChainProgress
 
-__all__ = ["TrainingBar"]
+__all__ = ["TrainingBar", "progress_text"]
+
+
+def progress_text(p: ChainProgress) -> str:
+    """What a step says of the fit: the selection's best validation value and the candidates alive (before
+    its first check: how many train), or the surrogate loss."""
+    if p.best is not None:
+        return f"best on validation {p.best:.4g}, {p.alive} alive"
+    if p.alive is not None:
+        return f"{p.alive} candidates, first check to come"
+    return "loss " + ("-" if math.isnan(p.loss) else f"{p.loss:.4g}")
 
 
 class TrainingBar:
     """A tqdm bar fed by :class:`~nsdist.engine.chain.ChainProgress` reports.
 
-    It shows the pass, the partition, rows per second and the current
-    surrogate loss (the mean over the partition's epochs); for K-fold
+    It shows the pass, the partition, rows per second and, while a population
+    is selected, the best validation value so far and the candidates alive, else
+    the surrogate loss (the mean over the partition's epochs); for K-fold
     selection (``unit="fold"``) the fold fits done of ``K``.  Use it as the
     ``on_step`` callback of :func:`nsdist.train`, inside a ``with`` block.
 
@@ -49,9 +60,8 @@ class TrainingBar:
         else:
             rows, seconds = p.rows_seen - self._origin[0], p.elapsed - self._origin[1]
             rate = f"{rows / seconds:,.0f}" if seconds > 0 else "-"
-            loss = "-" if math.isnan(p.loss) else f"{p.loss:.4g}"
             self._bar.set_postfix_str(f"pass {p.pass_index + 1}/{self.n_passes}, partition {p.partition}, "
-                                      f"{rate} rows/s, loss {loss}", refresh=False)
+                                      f"{rate} rows/s, {progress_text(p)}", refresh=False)
         self._bar.update(p.step - self._bar.n)
 
     def close(self) -> None:

@@ -255,7 +255,7 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
          resume: bool, progress: bool) -> LinearModel:
     """Train with the progress bar, the learning curve, checkpoints and pass-by-pass log lines."""
     from . import api
-    from .progress import TrainingBar
+    from .progress import TrainingBar, progress_text
 
     params = job.estimator_params()
     n_passes = params.get("n_passes") or params.get("max_passes")    # None: chosen in the fit
@@ -268,8 +268,9 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     previous, saved = None, time.monotonic()
 
     def pass_done(p: ChainProgress) -> None:
-        log.info("pass %d%s done at %.1f s: %d rows seen, loss %.4g on its last partition",
-                 p.pass_index + 1, f"/{n_passes}" if n_passes else "", p.elapsed, p.rows_seen, p.loss)
+        # a population's loss averages different surrogates: its checks' lines (nsdist.train's) say how it stands
+        log.info("pass %d%s done at %.1f s: %d rows seen%s", p.pass_index + 1, f"/{n_passes}" if n_passes else "",
+                 p.elapsed, p.rows_seen, "" if p.alive is not None else f", {progress_text(p)} on its last partition")
 
     def on_step(p: ChainProgress) -> None:
         nonlocal previous, saved
@@ -294,9 +295,10 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
         log.info("trained in %.1f s: %s rows in memory on the driver%s", h.get("seconds", 0.0), h.get("rows_seen"),
                  f", {h['folds']} fold fits as Dask tasks" if h.get("folds") else "")
     else:
-        log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s, final loss %.4g",
+        log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s%s",
                  h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),
-                 h.get("passes"), h.get("rows_per_second") or 0.0, h.get("final_loss") or math.nan)
+                 h.get("passes"), h.get("rows_per_second") or 0.0,
+                 "" if h.get("final_loss") is None else f", final loss {h['final_loss']:.4g}")
     return model
 
 

@@ -26,7 +26,7 @@ from nsdist.run import holdout_split, load_rows
 from nsdist.data import Dataset
 from nsdist.engine.chain import ChainProgress
 from nsdist.model import load_model
-from nsdist.progress import TrainingBar
+from nsdist.progress import TrainingBar, progress_text
 from nsdist.report import measures_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,6 +217,11 @@ def test_run_log_tells_what_happened(run):
                    "2PMB reservoir", "pass 1/2 done", "pass 2/2 done", "checkpoints:", "trained in",
                    "skipped", "model saved", "metrics on the holdout data", "learning curve:"):
         assert needle in log, needle
+    # a population's checks say how its selection stands; its passes do not print the mean of its candidates'
+    # different surrogate losses
+    checks = load_model(str(run["out"] / "model")).history["validation_curve"]
+    assert f"best pauc {checks[-1]['best']:.4f}, {checks[-1]['alive']} candidate(s) alive" in log
+    assert not [line for line in log.splitlines() if " done at " in line and "loss" in line]
 
 
 def test_resume_continues_from_the_checkpoint(run, env):
@@ -281,6 +286,14 @@ def test_progress_bar_shows_pass_partition_rate_and_loss_only_on_a_terminal():
                 bar(report)
     assert "4/4" in drawn.getvalue() and "pass 2/2, partition 0, 1,000 rows/s, loss 0.25" in drawn.getvalue()
     assert quiet.getvalue() == ""
+    selecting = io.StringIO()        # a population: its candidates before the first check, then the best so far
+    with TrainingBar(2, file=selecting, enabled=True) as bar:
+        for report, best, alive in zip(reports[:2], (None, 0.625), (30, 10)):
+            report.loss, report.best, report.alive = float("nan"), best, alive
+            bar(report)
+    assert "best on validation 0.625, 10 alive" in selecting.getvalue() and "loss" not in selecting.getvalue()
+    reports[0].best = None                # (the bar draws its last report)
+    assert progress_text(reports[0]) == "30 candidates, first check to come"
     folds = io.StringIO()            # K-fold selection: a tick per fold fit, in the order they arrive
     with TrainingBar("?", file=folds, enabled=True) as bar:
         for done, f in enumerate((2, 0, 1), start=1):

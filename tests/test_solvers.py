@@ -219,6 +219,23 @@ def test_epochs_step_eta_over_sqrt_e_and_run_on_across_passes():
     assert res.state.epoch == 8 and res.state.rows_seen == 400
 
 
+def test_epoch_loss_is_the_candidates_mean_only_when_they_share_a_surrogate():
+    """An epoch's ``loss`` is the mean of its candidates' surrogate values before the step (computed here from
+    the losses themselves) when they train one surrogate; NaN when they train several, whose values are on no
+    common scale (a population's mean of a hinge and a logistic loss, diverged ones among them)."""
+    X, y = make_data(n=200)
+    X = np.asfortranarray(X)
+    hinge, logistic = make_loss("auc"), make_loss("auc", surrogate="logistic")
+    same = Population((hinge, hinge), (0.1, 1.0), (False, False), (False, False))
+    _, stats = run_epochs(SGDState.zeros(X.shape[1], 2), X, y, same, buffer_size=200)
+    assert stats["loss"][0] == hinge.value(X, y, np.zeros(X.shape[1]))     # w = 0 for both before the step
+    _, stats = run_epochs(SGDState.zeros(X.shape[1], 2), X, y, same, buffer_size=50)
+    assert np.isfinite(stats["loss"]).all()
+    mixed = Population((hinge, logistic), (0.1, 0.1), (False, False), (False, False))
+    _, stats = run_epochs(SGDState.zeros(X.shape[1], 2), X, y, mixed, buffer_size=50)
+    assert stats.size == 4 and np.isnan(stats["loss"]).all() and (stats["rows"] == 50).all()
+
+
 def test_degenerate_buffers_are_skipped_and_counted():
     X, y = make_data(n=400)
     y = np.full(400, -1, dtype=np.int8)

@@ -173,8 +173,11 @@ class ChainProgress:
     """What the driver reports after each completed step.
 
     Attributes: ``step`` (1-based), ``n_steps``, ``pass_index``, ``partition``,
-    ``rows_seen``, ``loss`` (mean over the step's epochs), ``elapsed`` and
-    ``state`` (the :class:`SGDState` after the step).  A wide model's state
+    ``rows_seen``, ``loss`` (mean over the step's epochs; NaN when the candidates
+    train different surrogates), ``elapsed`` and ``state`` (the :class:`SGDState`
+    after the step); a selecting job (:func:`nsdist.train`) also sets ``best``, the
+    best validation value of the last check (None before the first), and ``alive``,
+    the candidates training.  A wide model's state
     (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read, and is
     fetched (or, at a segment's end, copied) then: read it during the callback.
     ``unit`` is ``"partition"``; K-fold selection, which streams no partition,
@@ -182,14 +185,16 @@ class ChainProgress:
     done, ``n_steps``: ``K``, ``partition``: the fold, no state).
     """
 
-    __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "_state",
-                 "_fetch")
+    __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "best",
+                 "alive", "_state", "_fetch")
 
     def __init__(self, step: int, n_steps: int, pass_index: int, partition: int, rows_seen: int, loss: float,
                  elapsed: float, state: SGDState | None = None, fetch: Callable[[], SGDState] | None = None,
                  unit: str = "partition") -> None:
         self.step, self.n_steps, self.pass_index, self.partition = step, n_steps, pass_index, partition
         self.rows_seen, self.loss, self.elapsed, self.unit = rows_seen, loss, elapsed, unit
+        self.best: float | None = None
+        self.alive: int | None = None
         self._state, self._fetch = state, fetch
 
     @property

@@ -23,6 +23,7 @@ the bit.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Sequence
@@ -400,7 +401,8 @@ def run_epochs(state: SGDState, X, y: np.ndarray, population: Population, *, buf
     state : SGDState
         The models after the block.
     stats : ndarray of dtype :data:`EPOCH_STATS`, one row per epoch
-        Mean loss over the live candidates before the step, buffer rows, skip flag, seconds.
+        Mean loss over the live candidates before the step (NaN when they train different
+        surrogates, whose values are not on one scale), buffer rows, skip flag, seconds.
     """
     st = state.copy(deep_batch=False)
     X, reservoir = aligned(X), None if reservoir is None else (aligned(reservoir[0]), reservoir[1])
@@ -480,6 +482,7 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant
     operations as the plain update, in the same order.
     """
     groups = _loss_groups(losses)
+    one_scale = len(groups) == 1          # the candidates' losses can be averaged: one surrogate
     positives = np.concatenate(([0], np.cumsum(y > 0)))
     if reservoir is not None:
         res_rows, res_pos = reservoir[1].shape[0], int(np.count_nonzero(reservoir[1] > 0))
@@ -516,7 +519,8 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant
             b = b - (db if all_b else np.where(learn_b, db, 0.0))
         weights.step(Xe, dS, step)
         b_sum += b
-        stats[i] = (st.epoch, ye.shape[0], float(values.sum() / values.size), False, time.perf_counter() - t0)
+        mean = float(values.sum() / values.size) if one_scale else math.nan
+        stats[i] = (st.epoch, ye.shape[0], mean, False, time.perf_counter() - t0)
     st.b_sum[cols] = b_sum
     return b
 
