@@ -8,6 +8,7 @@ engine) and the CLI read too.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -150,14 +151,24 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         backend, as scikit-learn's ``n_jobs``: -1 every core).  None or 1: one
         after the other in this process.  The fits are independent, so the
         model is the same bit for bit; other fits ignore it.
+    pos_label : label, optional
+        The positive class -- the one the measures are about, usually the rare
+        one (class names: ``pos_label="fraud"``); ``classes_`` is then ordered
+        so that ``classes_[1]`` is it (a positive score means ``classes_[1]``).
+        None: ``+1`` / ``1`` / ``True``, and for other labels the larger one
+        (the last of ``np.unique``), with a warning when that class holds most
+        of the rows.  scikit-learn's metrics that order string labels
+        themselves (``roc_auc_score``) take the larger one as positive: score
+        with :meth:`score` or :mod:`nsdist.metrics`, or label ``y`` 1 / 0.
+        :func:`nsdist.train` takes ``positive=`` for data files.
 
     Attributes
     ----------
     coef_ : ndarray of shape (1, n_features)
     intercept_ : ndarray of shape (1,)
     classes_ : ndarray of shape (2,)
-        ``classes_[1]`` is the positive class (+1 for labels {-1, +1}, 1 for
-        {0, 1}, True for bool; the larger label otherwise).
+        ``classes_[1]`` is the positive class (``pos_label``; else +1 for labels
+        {-1, +1}, 1 for {0, 1}, True for bool, the larger label otherwise).
     n_features_in_ : int
     config_ : TrainConfig
         The resolved configuration (candidates, pass budget, check interval).
@@ -191,7 +202,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                  tol: float = 1e-3, average: bool = True, shuffle: bool = True, fit_intercept: bool = True,
                  standardize: bool = True, validation_fraction: float = 0.1, validation_max_rows: int = 200_000,
                  validation_folds: int | str = "auto", n_iter_no_change: int = 5, random_state: int = 0,
-                 n_jobs: int | None = None) -> None:
+                 n_jobs: int | None = None, pos_label=None) -> None:
         self.measure = measure
         self.beta = beta
         self.k = k
@@ -215,6 +226,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
         self.n_jobs = n_jobs
+        self.pos_label = pos_label
 
     # ------------------------------------------------------------------ setup
 
@@ -233,14 +245,26 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y[{i}] = {y[i]!r} is not one of the classes {self.classes_.tolist()}")
         return np.where(y == self.classes_[1], 1, -1).astype(np.int8)
 
-    def _set_classes(self, y: np.ndarray) -> None:
-        check_classification_targets(y)
-        y_type = type_of_target(y, input_name="y")
+    def _set_classes(self, labels: np.ndarray, y: np.ndarray) -> None:
+        """``classes_`` from ``labels`` (``y``, or ``partial_fit``'s ``classes``), positive last (``pos_label``)."""
+        check_classification_targets(labels)
+        y_type = type_of_target(labels, input_name="y")
         if y_type != "binary":
             raise ValueError(f"Only binary classification is supported. The type of the target is {y_type}.")
-        classes = np.unique(y)
+        classes = np.unique(labels)
         if classes.shape[0] != 2:
             raise ValueError(f"y holds only one class ({classes[0]!r}); training needs both classes")
+        if self.pos_label is not None:
+            if self.pos_label not in classes.tolist():
+                raise ValueError(f"pos_label={self.pos_label!r} is not one of the classes {classes.tolist()}")
+            classes = classes[np.argsort(classes == self.pos_label, kind="stable")]
+        elif classes.tolist() not in ([-1, 1], [0, 1], [False, True]):
+            share = float(np.mean(y == classes[1]))
+            if share > 0.5:
+                neg, pos = classes.tolist()
+                warnings.warn(f"the positive class is taken to be {pos!r}, the larger of {[neg, pos]}, which holds "
+                              f"{share:.1%} of the rows; the measures are about the positive class, usually the "
+                              f"rare one: pass pos_label={neg!r} if that is it", UserWarning, stacklevel=3)
         self.classes_ = classes
 
     def _validation_rows(self, X_val, y_val):
@@ -285,7 +309,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             Dask tasks.
         """
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
-        self._set_classes(y)
+        self._set_classes(y, y)
         y = self._encode(y)
         cfg = self.config()
         validation = self._validation_rows(X_val, y_val)
@@ -530,7 +554,7 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                              "(validation_folds > 1) is fit's")
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr", reset=first)
         if first:
-            self._set_classes(np.asarray(classes) if classes is not None else y)
+            self._set_classes(np.asarray(classes) if classes is not None else y, y)
         y = self._encode(y)
         if first or getattr(self, "folds_", None):    # a K-fold model: a new stream starts at it
             self._start_partial(X, y, init=None if first else (self.coef_.ravel(), float(self.intercept_[0])))

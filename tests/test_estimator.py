@@ -1,6 +1,8 @@
 """``NonDecomposableClassifier`` (docs/solvers.md §Estimator): scikit-learn contract, parameters, solvers."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -233,6 +235,32 @@ def test_labels_keep_their_encoding(labels):
     assert list(est.classes_) == list(np.unique(y))
     assert set(np.unique(est.predict(X))) <= set(est.classes_)
     assert est.score(X, y) == metrics.prbep(y01, est.decision_function(X))
+
+
+def test_pos_label_names_the_positive_class_of_class_names():
+    """``pos_label="fraud"`` trains the model of the same rows labelled +1 / -1, bit for bit, puts that class
+    last in ``classes_`` (a positive score means ``classes_[1]``), and predicts and scores it; without it the
+    larger name ('ok', most of the rows) is positive, with a warning that says what to pass."""
+    X, y01 = make_data()
+    names = np.where(y01 == 1, "fraud", "ok")
+    ref = NonDecomposableClassifier("prbep").fit(X, y01)
+    est = NonDecomposableClassifier("prbep", pos_label="fraud").fit(X, names)
+    assert est.classes_.tolist() == ["ok", "fraud"]
+    np.testing.assert_array_equal(est.coef_, ref.coef_)
+    assert est.intercept_ == ref.intercept_
+    np.testing.assert_array_equal(est.predict(X) == "fraud", ref.predict(X) == 1)
+    assert est.score(X, names) == ref.score(X, y01) == metrics.prbep(y01, est.decision_function(X))
+    with pytest.warns(UserWarning, match=r"the positive class is taken to be 'ok', the larger of \['fraud', 'ok'\], "
+                                         r"which holds 90.0% of the rows; .* pass pos_label='fraud' if that is it"):
+        NonDecomposableClassifier("prbep", eta=0.1, n_passes=1).fit(X, names)
+    with pytest.raises(ValueError, match=r"pos_label='spam' is not one of the classes \['fraud', 'ok'\]"):
+        NonDecomposableClassifier(pos_label="spam").fit(X, names)
+    part = NonDecomposableClassifier("prbep", pos_label="fraud", eta=0.1)
+    part.partial_fit(X[:400], names[:400], classes=["ok", "fraud"])
+    assert part.classes_.tolist() == ["ok", "fraud"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # standard encodings, even with most rows positive: no warning
+        NonDecomposableClassifier("prbep", eta=0.1, n_passes=1).fit(X, 1 - y01)
 
 
 @pytest.mark.parametrize("measure, metric", [
