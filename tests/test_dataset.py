@@ -215,6 +215,29 @@ def test_corrupt_and_truncated_files_named(tmp_path):
         Dataset.open(tmp_path)
 
 
+def test_text_files_and_data_frames_are_told_how_to_become_a_dataset(tmp_path):
+    """A CSV (plain or gzipped) given where a Parquet dataset is expected is named and pointed to ingest; a
+    truncated Parquet file is not called text; a data frame is pointed to to_parquet or the estimator."""
+    import gzip
+
+    text = b"N,2,8,3\nA,5,12,3\n" * 50
+    (tmp_path / "rows.csv").write_bytes(text)
+    (tmp_path / "rows.csv.gz").write_bytes(gzip.compress(text))
+    for name in ("rows.csv", "rows.csv.gz"):
+        with pytest.raises(ValueError, match=re.escape(f"{name}: not a readable Parquet file (") + ".*"
+                           + re.escape("); it looks like a text file (CSV, svmlight): make a Parquet dataset of "
+                                       "it first with nsdist.ingest(src, dst, ...) or `nsdist ingest`")):
+            Dataset.open(tmp_path / name)
+    _frame(50, np.arange(50) % 2).to_parquet(tmp_path / "good.parquet")
+    (tmp_path / "cut.parquet").write_bytes((tmp_path / "good.parquet").read_bytes()[:700])
+    with pytest.raises(ValueError, match="cut.parquet: not a readable Parquet file") as info:
+        Dataset.open(tmp_path / "cut.parquet")
+    assert "text file" not in str(info.value)
+    with pytest.raises(ValueError, match=re.escape("got a pandas.DataFrame: write it as Parquet first "
+                                                   "(df.to_parquet(path)")):
+        Dataset.open(_frame(5, [0, 1, 0, 1, 0]))
+
+
 def test_nothing_to_open(tmp_path):
     with pytest.raises(DataNotFoundError, match=re.escape(f"no such file or directory: '{tmp_path / 'nope'}'")):
         Dataset.open(tmp_path / "nope")

@@ -17,6 +17,7 @@ it is cheap to send to Dask workers, which call :meth:`Dataset.read_partition`.
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import dataclasses
 import os
@@ -476,7 +477,25 @@ def _read_footer(fs: AbstractFileSystem, path: str) -> tuple[int, pa.Schema, pq.
     except StorageAccessError:
         raise
     except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{display(fs, path)}: not a readable Parquet file ({exc})") from exc
+        raise ValueError(f"{display(fs, path)}: not a readable Parquet file ({exc}){_text_hint(fs, path)}") from exc
+
+
+#: the first bytes of the compressed files ingest reads (gzip, bzip2, xz, zstd)
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ", b"\x28\xb5\x2f\xfd")
+
+
+def _text_hint(fs: AbstractFileSystem, path: str) -> str:
+    """What to do with a file that is not Parquet but looks like the text (or compressed text) ingest reads."""
+    try:
+        with fs.open(path, "rb") as f:
+            head = f.read(4096)
+        text = head.startswith(_COMPRESSED) or (
+            bool(head) and b"\0" not in head
+            and bool(codecs.getincrementaldecoder("utf-8")().decode(head, final=False)))   # raises on binary
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return ("; it looks like a text file (CSV, svmlight): make a Parquet dataset of it first with "
+            "nsdist.ingest(src, dst, ...) or `nsdist ingest`") if text else ""
 
 
 def _schema_metadata(schema: pa.Schema, where: str) -> dict:

@@ -280,6 +280,11 @@ def resolve(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = 
     if isinstance(url, os.PathLike):
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
+        kind = type(url).__module__.split(".")[0] + "." + type(url).__name__
+        if hasattr(url, "columns") or hasattr(url, "shape"):     # a data frame or an array, not where data lies
+            raise ValueError(f"expected a path or URL string of a Parquet dataset, got a {kind}: write it as Parquet "
+                             "first (df.to_parquet(path); a Dask DataFrame: ddf.to_parquet(directory)), or fit "
+                             "rows in memory with NonDecomposableClassifier().fit(X, y)")
         raise ValueError(f"expected a path or URL string, got {url!r}")
     options = forwarded_options(url, storage_options)
     register_secrets(options)
