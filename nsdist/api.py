@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from dask.base import tokenize
 
 from ._threads import on_one_blas_thread
+from ._validation import as_pm1_labels
 from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
@@ -30,7 +31,7 @@ from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
-from .solvers.measure import get_measure
+from .solvers.measure import get_measure, measure_function
 from .solvers.plan import holdout_sizes, rounds, schedule
 from .solvers.select import Selection
 from .solvers.sgd import drive
@@ -59,6 +60,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
           checkpoint_options: dict | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
+          monitor: tuple[np.ndarray, np.ndarray] | None = None,
           on_step: Callable[[ChainProgress], None] | None = None, dtype: str | None = None,
           init_model: LinearModel | None = None, standardize: bool = True, n_chains: int = 1,
           **params) -> LinearModel:
@@ -94,6 +96,14 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         Validation rows (raw features, labels in the dataset's encoding
         ``{-1, +1}``): the selection scores the candidates on them instead of
         holding out part of the dataset.
+    monitor : (X, y), optional
+        Rows the learning curve measures the model on as it trains -- the
+        paper's figures: the measure against training time on test rows (raw
+        features; labels ``{-1, +1}``, ``{0, 1}`` or bool).  A streamed job
+        scores the model it would return if it stopped there: one candidate's
+        iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
+        snapshot at every check.  They are never trained or selected on; the
+        points go to ``history["curve"]`` (key ``"monitor"``).
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition
         step (K-fold selection: after each fold fit, ``unit="fold"``).
@@ -147,6 +157,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                          "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
+    if monitor is not None:
+        monitor = _monitor_rows(monitor, ds.n_features)
     if init_model is not None:
         if not cfg.streaming:
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
@@ -180,7 +192,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                             init_model=init_model,
                             prefetch=prefetch, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                             checkpoint_seconds=checkpoint_seconds, resume=resume, validation=validation,
-                            on_step=on_step, phases=phases,
+                            monitor=monitor, on_step=on_step, phases=phases,
                             storage_options=storage_options if checkpoint_options is None else checkpoint_options)
     model.params.update(standardize=standardize, dtype=dtype, n_chains=n_chains, validation_folds=cfg.validation_folds)
     return model
@@ -188,8 +200,8 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
 
 def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype: str,
             n_chains: int,
-            init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, on_step,
-            phases: dict, storage_options) -> LinearModel:
+            init_model, prefetch, checkpoint, checkpoint_every, checkpoint_seconds, resume, validation, monitor,
+            on_step, phases: dict, storage_options) -> LinearModel:
     """1PMB / 2PMB over the partition chain: holdout or sample, reservoir, segments and checks, the cut.
 
     No phase but the chain and the validation gather reads the whole dataset:
@@ -279,6 +291,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     def raw(w: np.ndarray, b: float) -> tuple[np.ndarray, float]:
         return (w, b) if scaling is None else scaling.fold(w, b)
 
+    watch = None if monitor is None else _Monitor(monitor, cfg, raw, len(steps))
+
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, on_loads_done=None if sample is None else sample.prefetch)
     chain.stats.extend(prior)
@@ -296,6 +310,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
                       "partition": p.partition, "loss": p.loss})
         if selection is not None:
             p.best, p.alive = (selection.best if selection.checks else None), alive[0]
+        elif watch is not None and watch.due(p):       # one candidate: the iterate the job would return now
+            curve[-1]["monitor"] = watch.value(*p.state.model(0, cfg.average))
         # a step that ends a segment is saved after its check (which may change the state)
         if saver is not None and (p.step - 1) not in check_set and saver.due(p.step):
             save(p.step, p.state)
@@ -309,6 +325,9 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
             alive[0] = int(st.alive.sum())
             if curve:
                 curve[-1]["measure"], curve[-1]["alive"] = selection.best, alive[0]
+                if watch is not None and np.isfinite(selection.value).any():   # the best snapshot so far
+                    m = selection.winner()
+                    curve[-1]["monitor"] = watch.value(selection.W[:, m], float(selection.b[m]))
             log.info("check %d after %d steps: best %s %.4f, %d candidate(s) alive%s", selection.checks,
                      st.epoch, cfg.measure, selection.best, alive[0], "; stopping early" if stop else "")
         if saver is not None and (saver.due(position) or stop or position == len(steps)):
@@ -350,6 +369,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         "curve": curve, "phases": phases,
         "validation_rows": n_val, "validation_positives": v_pos,
     }
+    if watch is not None:
+        history["monitor"] = {"rows": int(watch.y.shape[0]), "positives": int(np.count_nonzero(watch.y > 0))}
     params = {**cfg.params(), "eta": cfg.candidates[0].eta if M == 1 else None}
     if selection is not None:
         report = selection.report(cfg)
@@ -358,6 +379,42 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         history.update(selection=report, validation_curve=selection.curve, selected=win["name"])
     return LinearModel(coef=w, intercept=b, measure=cfg.measure, params=params,
                        feature_names=ds.feature_names, dataset_fingerprint=ds.fingerprint, history=history)
+
+
+#: at most this many learning-curve points of one candidate's run on ``monitor=`` rows (a population's: one a check)
+MONITOR_POINTS = 100
+
+
+def _monitor_rows(rows: tuple, d: int) -> tuple:
+    """``monitor=`` checked: float64 rows of ``d`` features (dense or CSR) and their labels in {-1, +1}."""
+    X, y = rows
+    X = X.tocsr().astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(f"monitor rows must have the dataset's {d} features, got shape {X.shape}")
+    y = as_pm1_labels(np.asarray(y), name="monitor y")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"monitor has {X.shape[0]} rows but {y.shape[0]} labels")
+    return X, y
+
+
+class _Monitor:
+    """The measure of a model on the ``monitor=`` rows of :func:`train` (the learning curve's test line)."""
+
+    def __init__(self, rows: tuple, cfg: TrainConfig, raw: Callable, n_steps: int) -> None:
+        self.X, self.y = rows
+        self.measure = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+        self.raw, self.every = raw, max(1, -(-n_steps // MONITOR_POINTS))
+
+    def due(self, p: ChainProgress) -> bool:
+        """A point at every ``every``-th step and the last; a wide state (left on the cluster) at the last only."""
+        return (p.step == p.n_steps) or (p.step % self.every == 0 and p.has_state)
+
+    def value(self, w: np.ndarray, b: float) -> float | None:
+        """The measure of ``(w, b)`` (on the training features, as the chain holds it) on the rows."""
+        w, b = self.raw(w, b)
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = np.asarray(self.X @ w, dtype=np.float64) + b
+        return float(self.measure(self.y, s)) if np.all(np.isfinite(s)) else None
 
 
 def _writeable(X):

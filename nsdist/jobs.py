@@ -181,8 +181,9 @@ class OutputSpec(_Section):
     dir: str = Field(description="run directory (path or fsspec URL)")
     checkpoint_every: int = Field(10, ge=1, description="checkpoint every this many partitions")
     checkpoint_seconds: float = Field(60.0, gt=0, description="... or every this many seconds")
-    curve_rows: int = Field(50_000, ge=0, description="ignored (accepted for old job files): the fit holds out "
-                            "its own validation rows, never the evaluation data")
+    curve_rows: int = Field(50_000, ge=0, description="rows of the evaluation data (whole partitions drawn by "
+                            "seed) on which the learning curve measures the model as it trains; never trained or "
+                            "selected on (the fit holds out its own validation rows); 0: none")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options for dir (run "
                                             "directory, checkpoint, registry); none given: the dataset's; merged "
                                             "over the job's top-level storage_options")

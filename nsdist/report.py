@@ -90,26 +90,31 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def curve_png(history: dict, *, measure: str, title: str) -> bytes:
+def curve_png(history: dict, *, measure: str, title: str, monitor: str | None = None) -> bytes:
     """The learning curve of a streamed training run as PNG bytes.
 
-    Top panel: the measure recorded at the partitions after which the
-    selection checked the candidates -- the best validation value so far --
-    against training time (as in the figures of Kar et al. 2014).  Bottom
+    Top panel, against training time (as in the figures of Kar et al. 2014):
+    the measure recorded at the partitions after which the selection checked
+    the candidates -- the best validation value so far -- and, where the run
+    had ``monitor=`` rows (``nsdist train``: a sample of the evaluation data),
+    the measure on them of the model the run would have returned there.  Bottom
     panel: for one candidate, the mean surrogate loss of each partition's
     epochs; for a population, the candidates still alive at each check (the
     per-epoch loss of a population averages different surrogates, diverging
     ones among them, and says nothing).  Dotted lines mark the start of each
     pass.  The plotted points are stored in the PNG's ``nsdist-curve`` text
-    chunk as JSON (``time``, ``measure``, and ``loss`` or ``alive``).
+    chunk as JSON (``time``, ``measure``, ``monitor`` if any, and ``loss`` or
+    ``alive``).
 
     Parameters
     ----------
     history : dict
         ``LinearModel.history`` with a ``curve`` list.
     measure : str
-        Axis label of the measure (``"pAUC(0,0.1) on the test data"`` ...).
+        Legend of the validation line (``"best pAUC(0,0.1) on the validation rows"`` ...).
     title : str
+    monitor : str, optional
+        Legend of the monitor line (``"pAUC(0,0.1) on 6,000 test rows"``).
     """
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
@@ -119,13 +124,22 @@ def curve_png(history: dict, *, measure: str, title: str) -> bytes:
     data = {"time": [p["time"] for p in curve],
             "measure": [p.get("measure") for p in curve],
             below: [p.get(below) for p in curve]}
+    if any(p.get("monitor") is not None for p in curve):
+        data["monitor"] = [p.get("monitor") for p in curve]
     fig = Figure(figsize=(7, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
-    if any(v is not None for v in data["measure"]):
-        top.plot(data["time"], [math.nan if v is None else v for v in data["measure"]], marker=".", color="C0")
-    else:
-        top.text(0.5, 0.5, "no evaluation data", ha="center", va="center", transform=top.transAxes)
-    top.set_ylabel(measure)
+    lines = [(key, label, color) for key, label, color in (("measure", measure, "C0"), ("monitor", monitor, "C2"))
+             if any(v is not None for v in data.get(key, ()))]
+    for key, label, color in lines:     # a series recorded at some points: drawn through them
+        points = [(t, v) for t, v in zip(data["time"], data[key]) if v is not None]
+        top.plot([t for t, _ in points], [v for _, v in points], marker=".", color=color, label=label)
+    if not lines:
+        top.text(0.5, 0.5, f"{measure}: not evaluated while training", ha="center", va="center",
+                 transform=top.transAxes)
+    elif len(lines) > 1:
+        top.legend(loc="lower right", fontsize="small")
+    if len(lines) < 2:
+        top.set_ylabel(lines[0][1] if lines else measure)
     top.set_title(title)
     if population:
         checked = [(t, a) for t, a in zip(data["time"], data["alive"]) if a is not None]

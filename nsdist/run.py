@@ -251,6 +251,16 @@ def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.
     return np.concatenate(X), np.concatenate(y)
 
 
+def curve_rows(ds: Dataset, max_rows: int, random_state: int) -> tuple | None:
+    """Up to ``max_rows`` rows of ``ds`` for the learning curve: whole partitions drawn by seed, read here
+    (None for 0 rows)."""
+    if max_rows <= 0:
+        return None
+    from .engine.holdout import sample_partitions
+
+    return load_rows(ds.select(sample_partitions(ds, random_state, max_rows), "curve"), max_rows)
+
+
 def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: RunDir, runlog: RunLog, *,
          resume: bool, progress: bool) -> LinearModel:
     """Train with the progress bar, the learning curve, checkpoints and pass-by-pass log lines."""
@@ -285,11 +295,15 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
             runlog.save()
             saved = time.monotonic()
 
+    monitor = curve_rows(test, job.output.curve_rows, params.get("random_state") or 0)
+    if monitor is not None:
+        log.info("learning curve: the measure on %d rows of the %s data as the model trains (never trained or "
+                 "selected on)", monitor[1].shape[0], role)
     with TrainingBar(n_passes or "?", enabled=None if progress else False) as bar:
         model = api.train(train, client=client, checkpoint=run.checkpoint, checkpoint_options=run.storage_options,
                           checkpoint_every=job.output.checkpoint_every,
                           checkpoint_seconds=job.output.checkpoint_seconds, resume=resume,
-                          on_step=on_step, **train_options(job))
+                          on_step=on_step, monitor=monitor, **train_options(job))
     h = model.history
     if h.get("epochs") is None:       # an in-memory fit (K-fold selection, FTRL, PSG, CP): no partition chain
         log.info("trained in %.1f s: %s rows in memory on the driver%s", h.get("seconds", 0.0), h.get("rows_seen"),
@@ -372,10 +386,13 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
     title = (f"{os.path.basename(run.url)}: {model.params['solver'].upper()} for {label}, "
              f"{train.num_rows:,} training rows")
     if h.get("curve"):
-        # the curve's measure is the selection's best value on the validation rows, at each check
-        what = (f"best {label} on the validation rows" if h.get("selection")
-                else f"{label} (not evaluated while training)")
-        run.write_bytes("learning_curve.png", curve_png(h, measure=what, title=title))
+        # the curve's measure is the selection's best value on the validation rows, at each check; its monitor
+        # the measure on a sample of the evaluation data of the model the run would have returned there
+        what = f"best {label} on the validation rows" if h.get("selection") else label
+        watched = h.get("monitor")
+        run.write_bytes("learning_curve.png", curve_png(
+            h, measure=what, title=title,
+            monitor=None if watched is None else f"{label} on {watched['rows']:,} {role} rows"))
         log.info("learning curve: %s (%d points)", run.path("learning_curve.png"), len(h["curve"]))
     elif h.get("folds"):
         run.write_bytes("learning_curve.png", folds_curve_png(

@@ -192,6 +192,14 @@ def test_learning_curve_png_holds_the_history(run):
     assert [i for i, a in enumerate(plotted["alive"]) if a is not None] == \
         [i for i, v in enumerate(plotted["measure"]) if v is not None]
     assert all(0 <= v <= 1 for v in plotted["measure"] if v is not None)
+    # the paper's line: the measure on the evaluation rows (6000 held-out rows, within output.curve_rows) of the
+    # best snapshot at each check; the last one is the returned model, whose pAUC metrics.json reports
+    metrics = json.loads((run["out"] / "metrics.json").read_text())
+    assert history["monitor"] == {"rows": 6000, "positives": metrics["evaluation"]["n_positives"]}
+    assert plotted["monitor"] == [p.get("monitor") for p in curve]
+    assert [i for i, v in enumerate(plotted["monitor"]) if v is not None] == \
+        [i for i, v in enumerate(plotted["measure"]) if v is not None]
+    assert [v for v in plotted["monitor"] if v is not None][-1] == metrics["evaluation"]["partial_auc"]
 
 
 def test_the_curve_shows_one_candidates_loss_and_a_populations_live_candidates():

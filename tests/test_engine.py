@@ -284,6 +284,41 @@ def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):
     assert not np.array_equal(a.coef, c.coef)
 
 
+def test_monitor_rows_draw_the_papers_curve_and_change_nothing(cluster, tmp_path, letter):
+    """``monitor=(X, y)`` measures the model as it trains, as the paper's figures do, without touching it: one
+    candidate over 20 partitions x 6 passes gets a point every 2nd step (at most ``MONITOR_POINTS``) and at the
+    last, whose value is the returned model's pAUC on those rows; a population gets one at every check (its
+    best snapshot); the models are the ones trained without monitor, bit for bit."""
+    from nsdist.api import MONITOR_POINTS
+
+    X, y = letter
+    url = write_parquet(tmp_path / "d", X[:16000], y[:16000], rows_per_file=800)
+    Xt, yt = X[16000:], y[16000:]
+    params = dict(measure="pauc", solver="1pmb", eta=0.5, n_passes=6)
+    plain = train(url, client=cluster, **params)
+    watched = train(url, client=cluster, monitor=(Xt, yt), **params)
+    np.testing.assert_array_equal(watched.coef, plain.coef)
+    assert watched.intercept == plain.intercept and "monitor" not in plain.history
+    curve = watched.history["curve"]
+    every = -(-len(curve) // MONITOR_POINTS)
+    assert len(curve) == 120 and every == 2
+    assert [i for i, p in enumerate(curve) if "monitor" in p] == [i for i in range(120) if (i + 1) % 2 == 0]
+    assert curve[-1]["monitor"] == metrics.partial_auc(yt, Xt @ watched.coef + watched.intercept, 0.1)
+    assert watched.history["monitor"] == {"rows": len(yt), "positives": int((yt > 0).sum())}
+    values = [p["monitor"] for p in curve if "monitor" in p]
+    assert values[-1] > values[0] + 0.05                   # it learns: the curve rises
+    defaults = dict(measure="pauc", validation_folds=1, max_passes=4)
+    population = train(url, client=cluster, monitor=(Xt, yt), **defaults)
+    np.testing.assert_array_equal(population.coef, train(url, client=cluster, **defaults).coef)
+    points = population.history["curve"]
+    checked = [i for i, p in enumerate(points) if p.get("measure") is not None]
+    assert checked and [i for i, p in enumerate(points) if "monitor" in p] == checked
+    assert points[checked[-1]]["monitor"] == \
+        metrics.partial_auc(yt, Xt @ population.coef + population.intercept, 0.1)
+    with pytest.raises(ValueError, match="monitor rows must have the dataset's 16 features, got shape"):
+        train(url, client=cluster, monitor=(Xt[:, :3], yt), **params)
+
+
 def _twenty_partitions(root: Path, letter, seed: int):
     """Letter in 20 files of 1000 rows, a one-pass 1PMB config and its plan."""
     X, y = letter

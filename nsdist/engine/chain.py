@@ -198,6 +198,11 @@ class ChainProgress:
         self._state, self._fetch = state, fetch
 
     @property
+    def has_state(self) -> bool:
+        """The state is at hand: reading :attr:`state` fetches nothing from the cluster."""
+        return self._state is not None
+
+    @property
     def state(self) -> SGDState | None:
         if self._state is None and self._fetch is not None:
             self._state = self._fetch()
