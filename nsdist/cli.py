@@ -182,14 +182,15 @@ def _add_train(sub) -> None:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="every measure of a model on a Parquet dataset",
+    p = sub.add_parser("evaluate", help="every measure of a model on a Parquet dataset or an svmlight file",
                        description="Compute pAUC, AUC, Prec@k, PRBEP and F1 of a model on a Parquet dataset, "
-                       "exactly and out of core; print them and write them as JSON. The dataset's features must "
-                       "match the model's.",
+                       "exactly and out of core, or on an svmlight/LIBSVM file (scored in this process, chunk by "
+                       "chunk); print them and write them as JSON. The dataset's features must match the model's.",
                        epilog=_examples("nsdist evaluate runs/letter-pauc/model runs/letter/data",
-                                        "nsdist evaluate runs/letter-pauc runs/letter/data --out eval.json"))
+                                        "nsdist evaluate runs/letter-pauc runs/letter/data --out eval.json",
+                                        "nsdist evaluate runs/a9a a9a.t.xz"))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
-    p.add_argument("dataset", help="Parquet dataset URL")
+    p.add_argument("dataset", help="Parquet dataset URL, or an svmlight file (.gz/.bz2/.xz ok)")
     p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
     p.add_argument("--positive", action="append", metavar="VALUE",
                    help="a label value of the positive class as stored (class names: --positive fraud; "
@@ -379,16 +380,21 @@ def _cmd_evaluate(args) -> int:
     from .data.fs import atomic_write_bytes
     from .model import load_model
     from .report import RunDir, measures_table, to_json
+    from .data.scoring import sparse_input_format
     from .run import announce, model_dir as find_model
 
     storage = _storage(args) or None
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
-    dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
-                               storage_options=storage, positive=args.positive)
-    with connect(args.scheduler) as client:
-        announce(client)
-        result = api.evaluate(model, dataset, client=client, threshold=args.threshold)
+    how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
+    if sparse_input_format(args.dataset, storage) == "svmlight":     # scored here, chunk by chunk: no cluster
+        result = api.evaluate(model, args.dataset, **how)
+    else:
+        dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
+                                   storage_options=storage, positive=args.positive)
+        with connect(args.scheduler) as client:
+            announce(client)
+            result = api.evaluate(model, dataset, client=client, **how)
     out = args.out or RunDir(os.path.dirname(model_dir.rstrip("/")) or ".").path("evaluation.json")
     atomic_write_bytes(out, to_json({"model": model_dir, "dataset": args.dataset, "threshold": args.threshold,
                                      "measure": model.measure, **result}), storage)

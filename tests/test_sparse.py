@@ -391,6 +391,28 @@ def test_evaluate_sparse_equals_dense(tmp_path, dask_client, shared_data):
         evaluate_dataset(dask_client, sparse_ds, w, 0.1, beta=0.05, k=100), rel=1e-12)
 
 
+def test_nsdist_evaluate_takes_an_svmlight_file(tmp_path, dask_client, shared_data):
+    """``nsdist evaluate MODEL test.svm.xz`` scores the file as ``nsdist.evaluate`` does (it named it 'not a
+    readable Parquet file'), in this process, with no cluster; ``--positive -1`` makes the other class positive."""
+    import os
+    import subprocess
+    import sys
+
+    src = shared_data / "a9a" / "a9a.t.xz"
+    model = LinearModel(coef=RNG.normal(size=123), intercept=0.1, measure="pauc")
+    model.save(str(tmp_path / "m"))
+    env = {**os.environ, "DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:9"}    # nothing listens: none is asked
+    for extra, positive in (([], None), (["--positive", "-1"], ["-1"])):
+        out = tmp_path / f"e{len(extra)}.json"
+        proc = subprocess.run([sys.executable, "-m", "nsdist", "evaluate", str(tmp_path / "m"), str(src),
+                               "--out", str(out), *extra], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(out.read_text())
+        expected = evaluate_sparse_input(model, str(src), positive=positive)
+        assert {k: got[k] for k in expected} == expected
+    assert got["n_positives"] == 16281 - 3846       # a9a.t: 3,846 rows labelled +1
+
+
 # ----------------------------------------------------------------------------- predict
 
 
