@@ -102,8 +102,10 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         features; labels ``{-1, +1}``, ``{0, 1}`` or bool).  A streamed job
         scores the model it would return if it stopped there: one candidate's
         iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
-        snapshot at every check.  They are never trained or selected on; the
-        points go to ``history["curve"]`` (key ``"monitor"``).
+        snapshot at every check; the baselines (FTRL, PSG, CP) their model
+        after every round or iteration; K-fold selection none.  They are never
+        trained or selected on; the points go to ``history["curve"]`` (key
+        ``"monitor"``).
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition
         step (K-fold selection: after each fold fit, ``unit="fold"``).
@@ -186,7 +188,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
                 how = f"K-fold selection ({folds} folds)" if folds > 1 else f"solver {cfg.solver!r}"
                 raise ValueError(f"resume=True: nothing to resume -- this job fits by {how} on rows read onto "
                                  "the driver, which writes no checkpoint; run it again without resume")
-            model = _train_in_memory(c, cfg.with_folds(folds), ds, dtype, on_step)
+            model = _train_in_memory(c, cfg.with_folds(folds), ds, dtype, on_step, monitor)
         else:
             model = _stream(c, ds, cfg, counts, dtype=dtype, n_chains=n_chains,
                             init_model=init_model,
@@ -438,12 +440,13 @@ def _final_loss(stats: np.ndarray) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None) -> LinearModel:
+def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None, monitor=None) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
     selection (``validation_folds > 1``, its fold fits as Dask tasks, each reported to ``on_step`` as it arrives:
     :class:`~nsdist.engine.chain.ChainProgress` with ``unit="fold"``), by the estimator on every row in file
     order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on the workers, side by
-    side, and gathered in order."""
+    side, and gathered in order.  A baseline's ``monitor`` rows are its ``X_val``, which it only records the
+    measure on (its intercept is cut on the training rows): its curve, one point per round or iteration."""
     from .estimator import NonDecomposableClassifier, fit_fold   # scikit-learn: ~1 s to import, only these fits need it
     blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
@@ -457,9 +460,14 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None)
         if on_step is not None:
             on_step(ChainProgress(done, k, 0, f, 0, math.nan, time.perf_counter() - t0, unit="fold"))
 
-    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, map_folds=fold_tasks(c, fit_fold, on_fold))
+    watched = monitor if monitor is not None and not cfg.streaming else ()
+    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=fold_tasks(c, fit_fold, on_fold))
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}
+    if watched:
+        history["curve"] = [{"time": r.time, "rows_seen": r.rows_seen, "pass": 0, "step": r.step, "loss": r.loss,
+                             "monitor": r.measure} for r in est.history_]
+        history["monitor"] = {"rows": int(watched[1].shape[0]), "positives": int(np.count_nonzero(watched[1] > 0))}
     if est.selection_ is not None:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
                        validation_curve=est.validation_curve_, validation_positives=est.validation_positives_)

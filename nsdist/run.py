@@ -400,7 +400,8 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
         log.info("learning curve: %s (K-fold selection streams no partitions: each fold's validation measure, "
                  "%d checks)", run.path("learning_curve.png"), len(h["validation_curve"]))
     else:
-        log.info("no learning curve: the %s solver does not stream partitions", model.params["solver"])
+        log.info("no learning curve: the %s solver streams no partitions (output.curve_rows 0: nothing measured "
+                 "while it trained)", model.params["solver"])
     return metrics
 
 

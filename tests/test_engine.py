@@ -317,6 +317,13 @@ def test_monitor_rows_draw_the_papers_curve_and_change_nothing(cluster, tmp_path
         metrics.partial_auc(yt, Xt @ population.coef + population.intercept, 0.1)
     with pytest.raises(ValueError, match="monitor rows must have the dataset's 16 features, got shape"):
         train(url, client=cluster, monitor=(Xt[:, :3], yt), **params)
+    for solver in ("cp", "ftrl"):      # the in-memory baselines: a point per iteration / round, the same model
+        fixed = dict(measure="pauc", solver=solver, max_iter=15)
+        baseline = train(url, client=cluster, monitor=(Xt, yt), **fixed)
+        np.testing.assert_array_equal(baseline.coef, train(url, client=cluster, **fixed).coef)
+        assert len(baseline.history["curve"]) >= 15 and all("monitor" in p for p in baseline.history["curve"])
+        assert baseline.history["curve"][-1]["monitor"] == \
+            metrics.partial_auc(yt, Xt @ baseline.coef + baseline.intercept, 0.1)
 
 
 def _twenty_partitions(root: Path, letter, seed: int):

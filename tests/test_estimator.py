@@ -294,6 +294,16 @@ def test_ranking_models_predict_at_their_cut_and_int_k_trains_on_a_fraction():
     assert est.intercept_[0] == 0.0
 
 
+@pytest.mark.parametrize("solver, params", [("cp", {"max_iter": 30}), ("cp", {}), ("psg", {"max_iter": 30}),
+                                            ("ftrl", {"max_iter": 20})])
+def test_a_baselines_last_recorded_measure_is_the_returned_models(solver, params):
+    """The learning curve of FTRL, PSG and CP ends at the model the fit returns (CP: its last iterate, as
+    SVMperf returns it; its curve followed the best iterate, whose pAUC differs)."""
+    X, y = make_data(n=600)
+    est = NonDecomposableClassifier("pauc", solver=solver, **params).fit(X[:400], y[:400], X[400:], y[400:])
+    assert est.history_[-1].measure == est.score(X[400:], y[400:])
+
+
 def test_validation_data_is_recorded_in_the_history():
     X, y = make_data(n=1000)
     est = NonDecomposableClassifier(buffer_size=100, n_passes=2, eta=0.3).fit(X[:800], y[:800], X_val=X[800:],

@@ -63,7 +63,9 @@ class CPResult:
         ``gap <= tol``.
     history : History
         One record per iteration: ``loss = l(x_{1:n}, w_t)`` at the evaluated
-        iterate (the first record is at the starting point), ``rows_seen = t n``.
+        iterate (the first record is at the starting point), ``rows_seen = t n``,
+        and the validation measure of that iterate; with ``validate``, a run
+        stopped by ``max_iter`` has one more record, for the last iterate.
     last_coef, last_intercept :
         The last iterate, the solution of the final cutting-plane QP -- what
         SVMperf returns (the best iterate can be the start ``w = 0``, whose
@@ -117,7 +119,8 @@ def cutting_plane(X: np.ndarray, y: np.ndarray, loss: Loss, *, lam: float, radiu
     coef0, intercept0 :
         Starting point ``w_1`` (FTRL warm start); default 0.
     validate : callable ``(w, b) -> float``, optional
-        Validation measure of the best iterate, recorded every iteration.
+        Validation measure of the last iterate (what the estimator returns, as SVMperf does), recorded every
+        iteration -- and once more for the iterate that ``max_iter`` leaves unevaluated.
     """
     d = X.shape[1]
     z = np.zeros(d + fit_intercept)
@@ -138,12 +141,16 @@ def cutting_plane(X: np.ndarray, y: np.ndarray, loss: Loss, *, lam: float, radiu
         J = lam / 2.0 * float(z @ z) + value
         if J < best[0]:
             best = (J, value, z)
-        recorder.record(t, t * X.shape[0], value, lambda: split(best[2]))
+        recorder.record(t, t * X.shape[0], value, lambda: split(z))
         gap = best[0] - dual
         if gap <= tol:
             break
         planes.add(g, value - float(g @ z))
         z, dual, _ = planes.solve(tol / 4.0)
+    else:                                   # max_iter: the last iterate, returned below, is not evaluated yet
+        if validate is not None:
+            recorder.record(max_iter + 1, (max_iter + 1) * X.shape[0], loss_and_grad(X, y, loss, z, fit_intercept)[0],
+                            lambda: split(z))
     gap = best[0] - dual
     w, b = split(best[2])
     w_last, b_last = split(z)
