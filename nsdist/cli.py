@@ -165,6 +165,8 @@ def _add_train(sub) -> None:
                                         "--set measure.beta=0.05",
                                         "nsdist train runs/letter/data --measure pauc --beta 0.1 --solver 2pmb "
                                         "--holdout 0.25 --out runs/x",
+                                        "nsdist train payments/ --label-column status --positive fraud "
+                                        "--measure prbep   # Parquet as you have it",
                                         "nsdist train runs/x/job.yaml --resume        # continue a killed run",
                                         "nsdist train conf/letter-pauc.yaml --scheduler tcp://10.0.0.5:8786"))
     p.add_argument("job", metavar="JOB|DATASET", help="a job file (.yaml) or a Parquet dataset URL")
