@@ -13,12 +13,14 @@ import time
 from typing import Callable
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse as sp
 from dask.base import tokenize
 
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
 from .data import Dataset, ingest
+from .data.labels import LabelRule, clean_strings
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
@@ -93,13 +95,14 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     checkpoint_options : dict, optional
         fsspec options of the checkpoint's URL (default: ``storage_options``).
     validation : (X, y), optional
-        Validation rows (raw features, labels in the dataset's encoding
-        ``{-1, +1}``): the selection scores the candidates on them instead of
-        holding out part of the dataset.
+        Validation rows (raw features; labels as the dataset's are read:
+        ``{-1, +1}``, ``{0, 1}``, bool, or the values ``positive`` names):
+        the selection scores the candidates on them instead of holding out
+        part of the dataset.
     monitor : (X, y), optional
         Rows the learning curve measures the model on as it trains -- the
         paper's figures: the measure against training time on test rows (raw
-        features; labels ``{-1, +1}``, ``{0, 1}`` or bool).  A streamed job
+        features; labels as ``validation``'s).  A streamed job
         scores the model it would return if it stopped there: one candidate's
         iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
         snapshot at every check; the baselines (FTRL, PSG, CP) their model
@@ -160,7 +163,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
     if monitor is not None:
-        monitor = _monitor_rows(monitor, ds.n_features)
+        monitor = _monitor_rows(monitor, ds)
     if init_model is not None:
         if not cfg.streaming:
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
@@ -214,7 +217,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     t = time.perf_counter()
     holdout, sample, val, moments = None, None, None, None
     if validation is not None:
-        val = (np.asarray(validation[0], dtype=dtype).copy(), np.where(np.asarray(validation[1]) > 0, 1, -1))
+        val = (np.asarray(validation[0], dtype=dtype).copy(), _labels(validation[1], ds, "validation y"))
     elif cfg.selects and cfg.validation_fraction > 0:
         holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
                                max_rows=cfg.validation_max_rows)
@@ -387,13 +390,25 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
 MONITOR_POINTS = 100
 
 
-def _monitor_rows(rows: tuple, d: int) -> tuple:
-    """``monitor=`` checked: float64 rows of ``d`` features (dense or CSR) and their labels in {-1, +1}."""
+def _labels(y, ds: Dataset, name: str) -> np.ndarray:
+    """Labels of rows given with the dataset (``validation=``, ``monitor=``) in {-1, +1}: read as the dataset's
+    are (its ``positive`` values, else the encodings {-1, +1}, {0, 1}, bool)."""
+    y = np.asarray(y)
+    if ds.schema.positive is None:
+        return as_pm1_labels(y, name=name)
+    codes, _ = LabelRule(ds.schema.positive).classify(clean_strings(pa.array([str(v) for v in y.ravel()])),
+                                                      lambda i: f"{name}[{i}]")
+    return codes
+
+
+def _monitor_rows(rows: tuple, ds: Dataset) -> tuple:
+    """``monitor=`` checked: float64 rows of the dataset's features (dense or CSR) and their labels in {-1, +1}."""
     X, y = rows
+    d = ds.n_features
     X = X.tocsr().astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] != d:
         raise ValueError(f"monitor rows must have the dataset's {d} features, got shape {X.shape}")
-    y = as_pm1_labels(np.asarray(y), name="monitor y")
+    y = _labels(y, ds, "monitor y")
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"monitor has {X.shape[0]} rows but {y.shape[0]} labels")
     return X, y

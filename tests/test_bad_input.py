@@ -249,6 +249,15 @@ def test_class_names_train_and_evaluate_with_positive(rows, cluster, env, tmp_pa
     assert evaluate(models["1pmb"], named, client=cluster, positive="fraud") == measures
     flipped = train(named, client=cluster, positive="ok", **TRAIN)
     assert not np.array_equal(flipped.coef, models["1pmb"].coef)
+    # rows given beside the data (validation=, monitor=) are labelled as the data is read
+    given = dict(validation=(X[:600], y[:600]), monitor=(X[600:1200], y[600:1200]))
+    same = {key: (rows[0], np.where(rows[1] > 0, "fraud", "ok")) for key, rows in given.items()}
+    a = train(plain, client=cluster, **given, **TRAIN)
+    b = train(named, client=cluster, positive="fraud", **same, **TRAIN)
+    np.testing.assert_array_equal(a.coef, b.coef)
+    assert [p.get("monitor") for p in a.history["curve"]] == [p.get("monitor") for p in b.history["curve"]]
+    with pytest.raises(ValueError, match=r"validation y\[0\]: label is missing"):
+        train(named, client=cluster, positive="fraud", validation=(X[:3], np.array(["", "ok", "fraud"])), **TRAIN)
     out = tmp_path / "run"
     proc = nsdist_cli("train", named, "--positive", "fraud", *TRAIN_ARGS, "--out", out, env=env)
     assert proc.returncode == 0, proc.stderr
