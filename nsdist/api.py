@@ -105,7 +105,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         features; labels as ``validation``'s).  A streamed job
         scores the model it would return if it stopped there: one candidate's
         iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
-        snapshot at every check; the baselines (FTRL, PSG, CP) their model
+        snapshot at every check, the returned model at the last point; the baselines (FTRL, PSG, CP) their model
         after every round or iteration; K-fold selection none.  They are never
         trained or selected on; the points go to ``history["curve"]`` (key
         ``"monitor"``).
@@ -362,6 +362,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     if sample is not None:
         sample.release()
     phases["cut"] = time.perf_counter() - t
+    if watch is not None and curve:     # the last point: the returned model (F1: at its threshold, placed last)
+        curve[-1]["monitor"] = watch.value(w, b, folded=True)
     stats = chain.epoch_stats()
     done_stats = stats[~stats["skipped"]] if stats.size else stats
     seconds = chain.elapsed()
@@ -426,9 +428,11 @@ class _Monitor:
         """A point at every ``every``-th step and the last; a wide state (left on the cluster) at the last only."""
         return (p.step == p.n_steps) or (p.step % self.every == 0 and p.has_state)
 
-    def value(self, w: np.ndarray, b: float) -> float | None:
-        """The measure of ``(w, b)`` (on the training features, as the chain holds it) on the rows."""
-        w, b = self.raw(w, b)
+    def value(self, w: np.ndarray, b: float, folded: bool = False) -> float | None:
+        """The measure of ``(w, b)`` on the rows: a model on the training features, as the chain holds it
+        (``folded``: already on the raw ones)."""
+        if not folded:
+            w, b = self.raw(w, b)
         with np.errstate(over="ignore", invalid="ignore"):
             s = np.asarray(self.X @ w, dtype=np.float64) + b
         return float(self.measure(self.y, s)) if np.all(np.isfinite(s)) else None

@@ -317,6 +317,8 @@ def test_monitor_rows_draw_the_papers_curve_and_change_nothing(cluster, tmp_path
         metrics.partial_auc(yt, Xt @ population.coef + population.intercept, 0.1)
     with pytest.raises(ValueError, match="monitor rows must have the dataset's 16 features, got shape"):
         train(url, client=cluster, monitor=(Xt[:, :3], yt), **params)
+    f1 = train(url, client=cluster, monitor=(Xt, yt), measure="f1", validation_folds=1, max_passes=4)
+    assert f1.history["curve"][-1]["monitor"] == metrics.f1_score(yt, Xt @ f1.coef + f1.intercept)
     for solver in ("cp", "ftrl"):      # the in-memory baselines: a point per iteration / round, the same model
         fixed = dict(measure="pauc", solver=solver, max_iter=15)
         baseline = train(url, client=cluster, monitor=(Xt, yt), **fixed)
