@@ -297,6 +297,9 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         return (w, b) if scaling is None else scaling.fold(w, b)
 
     watch = None if monitor is None else _Monitor(monitor, cfg, raw, len(steps))
+    if watch is not None:
+        log.info("learning curve: the measure on %d monitor rows as the model trains (never trained or selected on)",
+                 watch.y.shape[0])
 
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, on_loads_done=None if sample is None else sample.prefetch)
@@ -480,6 +483,10 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
             on_step(ChainProgress(done, k, 0, f, 0, math.nan, time.perf_counter() - t0, unit="fold"))
 
     watched = monitor if monitor is not None and not cfg.streaming else ()
+    if monitor is not None:
+        log.info("learning curve: %s", f"the measure on {watched[1].shape[0]} monitor rows at each {cfg.solver} "
+                 f"{'round' if cfg.solver == 'ftrl' else 'iteration'} (never trained on)" if watched else
+                 "K-fold selection records each fold's validation measure, not the monitor rows'")
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=fold_tasks(c, fit_fold, on_fold))
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}

@@ -296,9 +296,6 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
             saved = time.monotonic()
 
     monitor = curve_rows(test, job.output.curve_rows, params.get("random_state") or 0)
-    if monitor is not None:
-        log.info("learning curve: the measure on %d rows of the %s data as the model trains (never trained or "
-                 "selected on)", monitor[1].shape[0], role)
     with TrainingBar(n_passes or "?", enabled=None if progress else False) as bar:
         model = api.train(train, client=client, checkpoint=run.checkpoint, checkpoint_options=run.storage_options,
                           checkpoint_every=job.output.checkpoint_every,
