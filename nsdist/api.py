@@ -20,7 +20,6 @@ from dask.base import tokenize
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
 from .data import Dataset, ingest
-from .data.labels import LabelRule, clean_strings
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
@@ -28,7 +27,7 @@ from .engine.evaluate import evaluate_dataset
 from .engine.folds import fold_tasks
 from .engine.holdout import WorkerSample, check_classes, class_counts, gather_validation, plan_holdout, sample_partitions
 from .engine.reservoir import sample_reservoir
-from .data.scoring import sparse_input_format
+from .data.scoring import is_svmlight
 from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
@@ -380,7 +379,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         "validation_rows": n_val, "validation_positives": v_pos,
     }
     if watch is not None:
-        history["monitor"] = {"rows": int(watch.y.shape[0]), "positives": int(np.count_nonzero(watch.y > 0))}
+        history["monitor"] = _rows_summary(watch.y)
     params = {**cfg.params(), "eta": cfg.candidates[0].eta if M == 1 else None}
     if selection is not None:
         report = selection.report(cfg)
@@ -396,14 +395,17 @@ MONITOR_POINTS = 100
 
 
 def _labels(y, ds: Dataset, name: str) -> np.ndarray:
-    """Labels of rows given with the dataset (``validation=``, ``monitor=``) in {-1, +1}: read as the dataset's
-    are (its ``positive`` values, else the encodings {-1, +1}, {0, 1}, bool)."""
+    """Labels of rows given with the dataset (``validation=``, ``monitor=``) in {-1, +1}, read as the dataset's
+    label column is (:meth:`FeatureSchema.codes <nsdist.data.columns.FeatureSchema.codes>`)."""
     y = np.asarray(y)
     if ds.schema.positive is None:
-        return as_pm1_labels(y, name=name)
-    codes, _ = LabelRule(ds.schema.positive).classify(clean_strings(pa.array([str(v) for v in y.ravel()])),
-                                                      lambda i: f"{name}[{i}]")
-    return codes
+        return as_pm1_labels(y, name=name)       # (1-D and the encodings checked, naming y[i])
+    return ds.schema.codes(pa.array(y.ravel()), lambda i: f"{name}[{i}]", name=name)
+
+
+def _rows_summary(y: np.ndarray) -> dict:
+    """``history["monitor"]``: how many monitor rows, how many positive."""
+    return {"rows": int(y.shape[0]), "positives": int(np.count_nonzero(y > 0))}
 
 
 def _monitor_rows(rows: tuple, ds: Dataset) -> tuple:
@@ -493,7 +495,7 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
     if watched:
         history["curve"] = [{"time": r.time, "rows_seen": r.rows_seen, "pass": 0, "step": r.step, "loss": r.loss,
                              "monitor": r.measure} for r in est.history_]
-        history["monitor"] = {"rows": int(watched[1].shape[0]), "positives": int(np.count_nonzero(watched[1] > 0))}
+        history["monitor"] = _rows_summary(watched[1])
     if est.selection_ is not None:
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
                        validation_curve=est.validation_curve_, validation_positives=est.validation_positives_)
@@ -518,7 +520,7 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
         model = load_model(model, storage_options)
     beta = model.params.get("beta") if model.measure in ("pauc",) else None
     k = model.params.get("k") if model.measure == "prec@k" else None
-    if isinstance(dataset, str) and sparse_input_format(dataset, storage_options) == "svmlight":
+    if isinstance(dataset, str) and is_svmlight(dataset, storage_options):    # (a Parquet dataset opened once)
         return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
                                      label_column=label_column, storage_options=storage_options, positive=positive)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,

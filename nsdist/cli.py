@@ -382,14 +382,14 @@ def _cmd_evaluate(args) -> int:
     from .data.fs import atomic_write_bytes
     from .model import load_model
     from .report import RunDir, measures_table, to_json
-    from .data.scoring import sparse_input_format
+    from .data.scoring import is_svmlight
     from .run import announce, model_dir as find_model
 
     storage = _storage(args) or None
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
     how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
-    if sparse_input_format(args.dataset, storage) == "svmlight":     # scored here, chunk by chunk: no cluster
+    if is_svmlight(args.dataset, storage):     # scored here, chunk by chunk: no cluster
         result = api.evaluate(model, args.dataset, **how)
     else:
         dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts

@@ -27,7 +27,7 @@ names the partition and the 0-based row.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -262,17 +262,25 @@ class FeatureSchema:
         if column.null_count:
             row = _first(column.is_null().to_numpy(zero_copy_only=False))
             raise ValueError(f"{where}: row {row}: label column {self.label!r} is missing (null)")
-        if self.positive is not None:
-            text = clean_strings(pc.cast(column, pa.string()).combine_chunks())
-            codes, _ = LabelRule(self.positive).classify(text, lambda i: f"{where}: row {i}")
-            return codes
-        if _is_text(column.type):
+        if self.positive is None and _is_text(column.type):
             raise class_names_error(where, self.label, pc.unique(column.slice(0, 10_000)).to_pylist())
+        return self.codes(column, lambda i: f"{where}: row {i}", name=self.label, where=where)
+
+    def codes(self, values: pa.Array | pa.ChunkedArray, row: Callable[[int], str], *, name: str,
+              where: str = "") -> np.ndarray:
+        """Label values (no nulls) as ``int8`` in ``{-1, +1}``, read as this schema reads its label column: the
+        ``positive`` values against the rest, else the encodings ``{-1, +1}``, ``{0, 1}``, bool.  ``row(i)``
+        names row ``i`` in a message about it, ``name`` the values' array, ``where`` their file."""
+        if self.positive is not None:
+            text = pc.cast(values, pa.string())
+            text = clean_strings(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
+            return LabelRule(self.positive).classify(text, row)[0]
         try:
-            return as_pm1_labels(column_numpy(column), name=self.label)
+            return as_pm1_labels(column_numpy(values) if isinstance(values, pa.ChunkedArray)
+                                 else values.to_numpy(zero_copy_only=False), name=name)
         except ValueError as exc:
             codes = "; or pass positive= naming the positive class's code" if "use {-1,+1}" in str(exc) else ""
-            raise ValueError(f"{where}: {exc}{codes}") from None
+            raise ValueError(f"{where}: {exc}{codes}" if where else f"{exc}{codes}") from None
 
     def features(self, table: pa.Table, dtype=np.float64, where: str = "", *,
                  sparse: bool | None = None) -> np.ndarray | sp.csr_matrix:

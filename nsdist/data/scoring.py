@@ -29,26 +29,38 @@ from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
 from nsdist.data.sources import infer_format
 
-__all__ = ["sparse_input_format", "sparse_rows", "score_sparse"]
+__all__ = ["is_svmlight", "sparse_input_format", "sparse_rows", "score_sparse"]
 
 _OUTPUT_COLUMNS = ("score", "prediction")
 
 
-def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
-    """``"svmlight"`` or ``"sparse-parquet"`` if ``src`` is such an input, else ``None``
-    (CSV, a dense Parquet dataset, or a name that does not tell)."""
+def _text_format(src: str, storage_options: Mapping[str, Any] | None) -> tuple[str | None, str]:
+    """The format ``src``'s name and kind tell (``"svmlight"`` only for a file), opening no dataset; and the
+    name without its compression suffix."""
     fs, path = resolve(src, storage_options)
     name = path.lower().rstrip("/")
     for ext in (".gz", ".bz2", ".xz", ".zst"):
         name = name.removesuffix(ext)
     if name.endswith(".csv"):
-        return None
+        return "csv", name
     try:
         fmt = infer_format(fs, path)
     except ValueError:
-        return None
-    if fmt == "svmlight":
-        return "svmlight" if fs.isfile(path) else None
+        return None, name
+    return (None if fmt == "svmlight" and not fs.isfile(path) else fmt), name
+
+
+def is_svmlight(src: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """``src`` is an svmlight/LIBSVM file (by its name; no Parquet footer is read)."""
+    return _text_format(src, storage_options)[0] == "svmlight"
+
+
+def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """``"svmlight"`` or ``"sparse-parquet"`` if ``src`` is such an input, else ``None``
+    (CSV, a dense Parquet dataset, or a name that does not tell)."""
+    fmt, name = _text_format(src, storage_options)
+    if fmt in ("svmlight", "csv", None):
+        return "svmlight" if fmt == "svmlight" else None
     if fmt == "parquet" or name.endswith((".parquet", ".parq", ".pq")):
         try:
             ds = Dataset.open(src, storage_options=storage_options)

@@ -8,7 +8,7 @@ computed exactly by :mod:`nsdist.metrics` -- the same values, ties included, tha
 :func:`~nsdist.engine.evaluate.evaluate_dataset` gives on the ingested dataset.
 
 ``nsdist.evaluate(model, "test.svm")`` can use :func:`evaluate_sparse_input` when
-:func:`nsdist.data.scoring.sparse_input_format` says ``"svmlight"``.
+:func:`nsdist.data.scoring.is_svmlight` says so.
 """
 from __future__ import annotations
 
