@@ -484,6 +484,33 @@ def _scan_seconds(paths: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def _scan_to_numpy(path: str) -> int:
+    """One file read and made numpy arrays, as the chain's load starts: row offsets, indices, values, labels."""
+    table = pq.read_table(path)
+    indices, values = table.column("indices").combine_chunks(), table.column("values").combine_chunks()
+    offsets = indices.offsets.to_numpy()
+    cols, data = indices.values.to_numpy(), values.values.to_numpy()
+    y = table.column("label").to_numpy()
+    assert cols.shape == data.shape and offsets.shape[0] == y.shape[0] + 1
+    return y.shape[0]
+
+
+def _fresh_scan_seconds(paths: list[str]) -> float:
+    """The bare scan as ``bench/scale.py`` times it (issue 11): every file read and made numpy arrays on the
+    two workers of a fresh ``LocalCluster`` -- the footing of the job's fresh workers (its start-up apart)."""
+    cluster, client = _cluster()
+    try:
+        client.run(lambda: None)
+        start = time.perf_counter()
+        rows = sum(client.gather(client.map(_scan_to_numpy, paths, pure=False)))
+        seconds = time.perf_counter() - start
+    finally:
+        client.close()
+        cluster.close()
+    assert rows > 0
+    return seconds
+
+
 def text_split(work: Path, n_test_files: int = 2):
     ds = Dataset.open(work / "text")
     n = len(ds.partitions)
@@ -528,10 +555,13 @@ class _ArrayToken:
 
 
 def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict:
-    """One pass of 1PMB (fixed eta): whole-job rows/s against a bare pyarrow scan in the same run, RSS.
+    """One pass of 1PMB (fixed eta): whole-job rows/s against two bare pyarrow scans in the same run, RSS.
 
-    ``configs``: ``(buffer_size, standardize, eta)``, each run ``repeats`` times (the first
-    of them also scores the held-out files).
+    The scans: ``pq.read_table`` of every file in this process, warm (after a warm-up scan here: page
+    cache, allocator and Arrow's threads all warm); and :func:`_fresh_scan_seconds`, the files read and
+    made numpy arrays on a fresh two-worker cluster, as the job's workers are fresh (``bench/scale.py``'s
+    scan for issue 11).  ``configs``: ``(buffer_size, standardize, eta)``, each run ``repeats`` times (the
+    first of them also scores the held-out files).
     """
     import nsdist
 
@@ -546,6 +576,7 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
     for buffer_size, standardize, eta, token_patch in configs:
         for rep in range(repeats):
             scan = _scan_seconds(paths)
+            fresh_scan = _fresh_scan_seconds(paths)
             t0 = time.perf_counter()
             cluster, client = _cluster()
             try:
@@ -566,6 +597,8 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
                    "rows_per_s_whole_job": train.num_rows / (t2 - t1),
                    "rows_per_s_with_startup": train.num_rows / (t2 - t0),
                    "rows_per_s_chain": m.history["rows_per_second"], "phases": m.history["phases"],
+                   "fresh_scan_seconds": fresh_scan, "fresh_scan_rows_per_s": train.num_rows / fresh_scan,
+                   "ratio_whole_job_vs_fresh_scan": fresh_scan / (t2 - t1),
                    "ratio_whole_job_vs_scan": scan / (t2 - t1), "ratio_chain_vs_scan": m.history["rows_per_second"] * scan / train.num_rows,
                    "worker_idle_rss": sorted(idle.values()), "worker_peak_rss": sorted(peak.values()),
                    "epochs": m.history["epochs"]}
@@ -588,6 +621,8 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
             "rows_per_s_with_startup": med("rows_per_s_with_startup"),
             "ratio_whole_job_vs_scan": med("ratio_whole_job_vs_scan"), "ratio_chain_vs_scan": med("ratio_chain_vs_scan"),
             "train_seconds": med("train_seconds"), "scan_seconds": med("scan_seconds"),
+            "fresh_scan_rows_per_s": med("fresh_scan_rows_per_s"),
+            "ratio_whole_job_vs_fresh_scan": med("ratio_whole_job_vs_fresh_scan"),
             "chain_seconds": statistics.median(r["phases"]["chain"] for r in rs),
             "worker_peak_rss_max": max(max(r["worker_peak_rss"]) for r in rs),
             "worker_idle_rss_max": max(max(r["worker_idle_rss"]) for r in rs),
@@ -906,8 +941,14 @@ def markdown_training(t: dict) -> list[str]:
         lines += ["### Text-like data: one pass of 1PMB against a bare scan", "",
                   f"Training: the first {op['train_files']} files ({op['train_rows']:,} rows); test: the last "
                   f"{op['test_files']} ({op['test_rows']:,} rows, never trained on). Per run, in this order: a bare "
-                  "`pq.read_table` of the training files in the driver (sequential, page cache warm), a fresh "
-                  "`LocalCluster(n_workers=2, threads_per_worker=1)`, then",
+                  "`pq.read_table` of the training files in the driver (sequential, after a warm-up scan in the same "
+                  "process: page cache, allocator and Arrow's two decoding threads warm; \"warm scan\"), "
+                  + ("the same files read and made numpy arrays (row offsets, indices, values, labels) on the two "
+                     "workers of a fresh `LocalCluster(n_workers=2, threads_per_worker=1)`, `bench/scale.py`'s scan "
+                     "for issue 11 (\"fresh scan\": the footing of the job's fresh workers, whose first reads pay "
+                     "for fresh memory -- 530-650 ms against 170-190 ms later, measured in one worker), "
+                     if any("ratio_whole_job_vs_fresh_scan" in s for s in op["summary"].values()) else "")
+                  + "a fresh `LocalCluster(n_workers=2, threads_per_worker=1)`, then",
                   "`nsdist.train(train, client=c, solver=\"1pmb\", eta=ETA, n_passes=1, measure=\"prec@k\", k=0.01, "
                   "buffer_size=B, standardize=S)`; whole-job rows/s = training rows / wall seconds of that call "
                   "(class check, sample for the cut, chain, cut; the cluster's start-up apart); chain: the streaming "
@@ -918,14 +959,26 @@ def markdown_training(t: dict) -> list[str]:
                   "| buffer_size, standardize | ETA | scan rows/s | nsdist whole-job rows/s | ratio whole-job / scan | "
                   "chain rows/s | ratio chain / scan | job s | chain s | test Prec@1% | test F1 | test AUC |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        fresh = all("ratio_whole_job_vs_fresh_scan" in s for s in op["summary"].values())
+        if fresh:
+            lines[-2:] = ["| buffer_size, standardize | ETA | warm scan rows/s | fresh scan rows/s | nsdist whole-job "
+                          "rows/s | ratio whole-job / warm scan | ratio whole-job / fresh scan | chain rows/s | "
+                          "ratio chain / warm scan | job s | chain s | test Prec@1% | test F1 | test AUC |",
+                          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for name, s in op["summary"].items():
-            lines.append(f"| {name} | {s['eta']:g} | {s['scan_rows_per_s']:,.0f} | {s['rows_per_s_whole_job']:,.0f} | "
-                         f"**{s['ratio_whole_job_vs_scan']:.2f}x** | {s['rows_per_s_chain']:,.0f} | "
+            lines.append(f"| {name} | {s['eta']:g} | {s['scan_rows_per_s']:,.0f} | "
+                         + (f"{s['fresh_scan_rows_per_s']:,.0f} | " if fresh else "")
+                         + f"{s['rows_per_s_whole_job']:,.0f} | **{s['ratio_whole_job_vs_scan']:.2f}x** | "
+                         + (f"**{s['ratio_whole_job_vs_fresh_scan']:.2f}x** | " if fresh else "")
+                         + f"{s['rows_per_s_chain']:,.0f} | "
                          f"{s['ratio_chain_vs_scan']:.2f}x | {s['train_seconds']:.1f} | {s['chain_seconds']:.1f} | "
                          f"{_pct(s['test']['precision_at_k'])} | {_pct(s['test']['f1_score'])} | {_pct(s['test']['auc'])} |")
-        lines += ["", "Every run (whole-job rows/s, ratio to the scan of the same run): " + "; ".join(
-            f"{r['config']} #{r['repeat']}: {r['rows_per_s_whole_job']:,.0f} ({r['ratio_whole_job_vs_scan']:.3f}x)"
-            for r in op["runs"]) + ".", ""]
+        lines += ["", "Every run (whole-job rows/s, ratio to the warm" + (" / fresh" if fresh else "")
+                  + " scan of the same run): " + "; ".join(
+                      f"{r['config']} #{r['repeat']}: {r['rows_per_s_whole_job']:,.0f} "
+                      f"({r['ratio_whole_job_vs_scan']:.3f}x"
+                      + (f" / {r['ratio_whole_job_vs_fresh_scan']:.3f}x" if fresh else "") + ")"
+                      for r in op["runs"]) + ".", ""]
         if op.get("note"):
             lines += [op["note"], ""]
     if op:

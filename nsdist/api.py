@@ -25,7 +25,8 @@ from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
 from .engine.folds import fold_tasks
-from .engine.holdout import WorkerSample, check_classes, class_counts, gather_validation, plan_holdout, sample_partitions
+from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
+                             plan_holdout, sample_partitions)
 from .engine.reservoir import sample_reservoir
 from .data.scoring import is_svmlight
 from .engine.scores import evaluate_sparse_input
@@ -230,7 +231,10 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     need_cut = cfg.fit_intercept and ((cfg.selects and n_val > 0 and cfg.plug_in) or (
         not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded))
     need_moments = moments is None and cfg.standardize and not ds.is_sparse
-    if need_moments or need_cut:  # no pass read every row: a sample gives the moments (and a fixed run's cut)
+    # a fixed 1PMB run over CSR blocks holds every row of a partition in its block: the chain's last blocks are
+    # the sample of its cut, scored where they lie, not read a second time (chosen once the plan is known)
+    cut_on_blocks = need_cut and ds.is_sparse and not cfg.selects and cfg.solver == "1pmb"
+    if need_moments or (need_cut and not cut_on_blocks):  # a sample read gives the moments (and a fixed run's cut)
         parts = sample_partitions(ds, cfg.random_state, cfg.validation_max_rows)
         sample = WorkerSample(c, ds, parts, dtype=dtype)      # the rows stay on a worker
         if need_moments:
@@ -272,6 +276,12 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     steps, checks = schedule([p.num_rows for p in ds.partitions], cfg.passes, random_state=cfg.random_state,
                              shuffle=cfg.shuffle, check_rows=cfg.check_rows)
     round_ends, checks = rounds(steps, checks, len(ds.partitions), n_chains)
+    keep: dict[int, int] = {}
+    if cut_on_blocks:
+        keep = last_partitions(ds, steps, cfg.validation_max_rows)
+        sample = WorkerSample(c, ds, sorted(keep.values()), dtype=dtype)
+        log.info("sample: the %d rows of the last %d partition(s) the chain loads, kept for the cut", sample.n_rows,
+                 len(keep))
     check_set = set(checks)
     M = len(cfg.candidates)
     selecting = cfg.selects and n_val > 0
@@ -301,7 +311,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
                  watch.y.shape[0])
 
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
-                           elapsed_offset=offset, on_loads_done=None if sample is None else sample.prefetch)
+                           elapsed_offset=offset, keep_loads=frozenset(keep),
+                           on_loads_done=None if sample is None or keep else sample.prefetch)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None
@@ -349,6 +360,9 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         chain.release()
     phases["chain"] = time.perf_counter() - t
     t = time.perf_counter()
+    if keep and all(i in chain.kept for i in keep):    # (a resumed run may not have loaded them: read instead)
+        sample.adopt([chain.kept[i] for i in keep])
+    chain.kept.clear()
     if selection is not None:
         w, b = selection.model(cfg, *val)
         if cfg.plug_in:     # the winner's F1-optimal threshold on the sample's rows, as the estimator on its rows

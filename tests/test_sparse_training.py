@@ -333,3 +333,35 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     assert model.intercept == gathered.intercept
     assert model.history["selection"] == gathered.history["selection"]
     assert model.history["validation_curve"] == gathered.history["validation_curve"]
+
+
+@pytest.mark.parametrize("measure, params", [("prec@k", {"k": 0.05}), ("pauc", {"beta": 0.2})])
+def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_path, measure, params):
+    """A fixed 1PMB run over CSR data places its ranking cut on the rows of the partitions its chain loaded
+    last (up to validation_max_rows), scored where the chain left them: none is read a second time, and the
+    intercept is the cut of those rows read afresh and scored by the returned model, to the bit."""
+    from distributed import get_task_stream
+
+    from nsdist.solvers.measure import cut_intercept
+
+    X, y = sparse_data(n=1800, seed=4)
+    src = tmp_path / "d.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)
+    url = str(ingest(str(src), str(tmp_path / "d"), format="svmlight", layout="sparse", n_features=X.shape[1],
+                     rows_per_partition=300, shuffle=False, client=cluster).url)
+    ds = open_dataset(url)
+    assert len(ds.partitions) == 6
+    kw = dict(measure=measure, solver="1pmb", eta=0.5, n_passes=2, buffer_size=100, random_state=3,
+              validation_max_rows=700, **params)
+    with get_task_stream(cluster) as ts:
+        model = train(url, client=cluster, **kw)
+    keys = [str(r["key"][0] if isinstance(r["key"], tuple) else r["key"]) for r in ts.data]
+    loads = [k for k in keys if k.startswith("nsdist-load-")]
+    assert len(loads) == 2 * 6 and not [k for k in keys if k.startswith("_read-")]   # each partition once a pass
+    last = [p["partition"] for p in model.history["curve"]][::-1][:2]      # the last two steps: 600 rows <= 700
+    assert len(set(last)) == 2
+    rows = [ds.read_partition(p, dtype="float64") for p in last]
+    Xs, ys = sp.vstack([r[0] for r in rows], format="csr"), np.concatenate([r[1] for r in rows])
+    k = params.get("k")
+    assert model.intercept == cut_intercept(measure, ys, np.asarray(Xs @ model.coef, dtype=np.float64), k=k)
+    assert model.intercept != cut_intercept(measure, y, np.asarray(X @ model.coef, dtype=np.float64), k=k)

@@ -270,6 +270,11 @@ class PartitionChain:
         Called once, when the last partition of the plan has been submitted:
         work that can fill the workers' idle time during the last steps (the
         sample of a fixed run's cut, :meth:`~nsdist.engine.holdout.WorkerSample.prefetch`).
+    keep_loads : set of int
+        Steps whose loaded blocks are kept after their step, in :attr:`kept`
+        (step -> future of its ``(X, y)`` block) until the caller releases them:
+        rows already on the workers for a fixed run's cut
+        (:meth:`~nsdist.engine.holdout.WorkerSample.adopt`).
     gather_bytes : int, optional
         States whose ``W`` and ``W_sum`` take at least this many bytes (default
         :data:`GATHER_BYTES`) are fetched by the driver only at the end of a
@@ -289,11 +294,13 @@ class PartitionChain:
     max_restarts: int = MAX_RESTARTS
     gather_bytes: int | None = None
     on_loads_done: Callable[[], None] | None = None
+    keep_loads: frozenset[int] = frozenset()
     stats: list[np.ndarray] = field(default_factory=list)
     elapsed_offset: float = 0.0
 
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
+        self.kept: dict[int, Future] = {}
         self._res_future = None
         self._spec, self._spec_cols = None, None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
@@ -426,6 +433,8 @@ class PartitionChain:
                         s = steps[i]
                         block = self._load(ds, spec, i, gate, file_order, load_token,
                                            **(first_load if i == self._pos else {}))
+                        if i in self.keep_loads:
+                            self.kept[i] = block
                         results.append(client.submit(step_block, prev, block, spec, self._res_future,
                                                      end == nxt and ends_pass(steps, i),
                                                      key=f"nsdist-step-{token}-{i}", priority=1))

@@ -218,6 +218,21 @@ def sample_partitions(dataset: Dataset, random_state: int, max_rows: int) -> lis
     return sorted(chosen)
 
 
+def last_partitions(dataset: Dataset, steps: list, max_rows: int) -> dict[int, int]:
+    """The partitions the plan's last steps load, ``{step: partition}``, while they hold at most ``max_rows``
+    rows (at least one) and none repeats: a fixed run's sample for its cut, on the workers when the chain
+    ends (:meth:`WorkerSample.adopt`)."""
+    chosen: dict[int, int] = {}
+    rows = 0
+    for i in range(len(steps) - 1, -1, -1):
+        j, n = steps[i].block, dataset.partitions[steps[i].block].num_rows
+        if j in chosen.values() or (chosen and rows + n > max_rows):
+            break
+        chosen[i] = j
+        rows += n
+    return chosen
+
+
 def _read(dataset: Dataset, partition: int, dtype: str):
     return dataset.read_partition(partition, dtype=dtype)
 
@@ -319,6 +334,19 @@ class WorkerSample:
         the reads fill the workers' idle time during the chain's last steps instead of following them)."""
         if not self.blocks:
             self._load(priority=-1)
+
+    def adopt(self, blocks: list) -> None:
+        """Take the sample's rows from blocks already on the workers instead of reading them: the chain's
+        loads of the same partitions (:attr:`PartitionChain.kept`), every row of each in its stream order.
+
+        Only for a CSR dataset's ranking cut, which is the same on the rows in any
+        order: each row's score is its own sum, and :func:`cut_intercept` sorts
+        the scores.  A block lost with its worker is read again (:meth:`_on_sample`).
+        """
+        if not self.dataset.is_sparse:
+            raise ValueError("WorkerSample.adopt takes CSR blocks only (a dense product's bits depend on the row order)")
+        self.release()
+        self.blocks = list(blocks)
 
     def _concatenated(self):
         if len(self.blocks) == 1:
