@@ -346,7 +346,10 @@ CHANGES = ("Since the older numbers: sparse data is no longer standardised by de
            "machine), the one-pass job did not measurably: alternating the old and the new files (buffer_size=500, "
            "3 pairs, fresh clusters) 3.28 / 2.63 / 3.10 -> 2.93 / 3.05 / 2.90 s, load tasks 252 / 181 / 199 -> "
            "191 / 191 / 197 ms -- the job waits on the sequential steps and the 16 MB state's hand-offs, not on "
-           "the reads.")
+           "the reads. Since those numbers (at 4fc8624, the table above): the fixed run's cut is placed on the "
+           "partitions the chain loaded last, kept on the workers, instead of three partitions read a second time "
+           "at the chain's end (they had taken a worker from the last step; 4 alternating pairs before the commit: "
+           "3.57-3.99 -> 3.35-3.52 s), and each run is also measured against a fresh-cluster scan.")
 TRAIN_K = 0.01          # Prec@k's k on the text-like data (1% of the rows, = the positive rate)
 LR_MAX_ITER = 15        # LogisticRegression(solver="saga") epochs cap (it does not converge: said so)
 
