@@ -607,3 +607,42 @@ def test_sparse_sample_cut_is_the_cut_of_the_stacked_rows(cluster, tmp_path, mea
         cluster.cancel(sample.futures)                       # lost: read again, the same cut
         assert sample.cut(w, sc, measure, k) == ref
     sample.release()
+
+
+def test_sample_adopts_blocks_in_any_row_order(cluster, tmp_path, letter_parquet):
+    """WorkerSample.adopt takes CSR blocks already on the workers (the chain's loads: every row of a partition,
+    in stream order): the cut is the one of the partitions read in file order, to the bit; cancelled (as if
+    lost), they are read afresh, the same cut; dense blocks are refused (a dense product's bits follow the
+    row order)."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    from nsdist import ingest
+    from nsdist.engine.holdout import WorkerSample
+    from nsdist.solvers.measure import cut_intercept
+
+    rng = np.random.default_rng(8)
+    X = sp.random(900, 50, density=0.1, format="csr", random_state=8, dtype=np.float64)
+    X.data = rng.normal(size=X.nnz)
+    y = np.where(rng.random(900) < 0.1, 1, -1)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"), zero_based=False)
+    url = str(ingest(str(tmp_path / "d.svm"), str(tmp_path / "d"), format="svmlight", layout="sparse",
+                     n_features=50, rows_per_partition=300, shuffle=False, client=cluster).url)
+    ds = open_dataset(url)
+    parts = [2, 0]
+    read = [ds.read_partition(p, dtype="float64") for p in parts]
+    w = rng.normal(size=50)
+    ref = cut_intercept("prec@k", np.concatenate([r[1] for r in read]),
+                        np.asarray(sp.vstack([r[0] for r in read]) @ w, dtype=np.float64), k=0.05)
+    shuffled = []
+    for Xp, yp in read:
+        rows = rng.permutation(Xp.shape[0])
+        shuffled.append((Xp[rows], yp[rows]))
+    sample = WorkerSample(cluster, ds, sorted(parts), dtype="float64")
+    sample.adopt(cluster.scatter(shuffled[::-1]))
+    assert sample.cut(w, None, "prec@k", 0.05) == ref
+    cluster.cancel(sample.futures)                       # lost: read from the files, the same cut
+    assert sample.cut(w, None, "prec@k", 0.05) == ref
+    sample.release()
+    with pytest.raises(ValueError, match="CSR blocks only"):
+        WorkerSample(cluster, open_dataset(letter_parquet[0]), [0], dtype="float64").adopt([])
