@@ -335,6 +335,16 @@ def test_a_wide_state_stays_where_it_is_and_the_blocks_come_to_it(cluster, tmp_p
     assert model.history["validation_curve"] == gathered.history["validation_curve"]
 
 
+def _six_partitions(tmp_path, cluster):
+    X, y = sparse_data(n=1800, seed=4)
+    src = tmp_path / "d.svm"
+    dump_svmlight_file(X, y, str(src), zero_based=False)
+    url = str(ingest(str(src), str(tmp_path / "d"), format="svmlight", layout="sparse", n_features=X.shape[1],
+                     rows_per_partition=300, shuffle=False, client=cluster).url)
+    assert len(open_dataset(url).partitions) == 6
+    return url, X, y
+
+
 @pytest.mark.parametrize("measure, params", [("prec@k", {"k": 0.05}), ("pauc", {"beta": 0.2})])
 def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_path, measure, params):
     """A fixed 1PMB run over CSR data places its ranking cut on the rows of the partitions its chain loaded
@@ -344,13 +354,8 @@ def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_
 
     from nsdist.solvers.measure import cut_intercept
 
-    X, y = sparse_data(n=1800, seed=4)
-    src = tmp_path / "d.svm"
-    dump_svmlight_file(X, y, str(src), zero_based=False)
-    url = str(ingest(str(src), str(tmp_path / "d"), format="svmlight", layout="sparse", n_features=X.shape[1],
-                     rows_per_partition=300, shuffle=False, client=cluster).url)
+    url, X, y = _six_partitions(tmp_path, cluster)
     ds = open_dataset(url)
-    assert len(ds.partitions) == 6
     kw = dict(measure=measure, solver="1pmb", eta=0.5, n_passes=2, buffer_size=100, random_state=3,
               validation_max_rows=700, **params)
     with get_task_stream(cluster) as ts:
@@ -365,3 +370,29 @@ def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_
     k = params.get("k")
     assert model.intercept == cut_intercept(measure, ys, np.asarray(Xs @ model.coef, dtype=np.float64), k=k)
     assert model.intercept != cut_intercept(measure, y, np.asarray(X @ model.coef, dtype=np.float64), k=k)
+
+
+@pytest.mark.parametrize("position", [7, 11])
+def test_resumed_fixed_sparse_run_cuts_on_the_same_rows(cluster, tmp_path, position):
+    """Resumed before the kept steps (7 of 12), the chain loads and keeps them; resumed between them (11), one
+    was loaded by the interrupted run, and the sample is read from the files instead: the same model, to the
+    bit, intercept included."""
+    import json
+    import shutil
+
+    url, _, _ = _six_partitions(tmp_path, cluster)
+    kw = dict(measure="prec@k", k=0.05, solver="1pmb", eta=0.5, n_passes=2, buffer_size=100, random_state=3,
+              validation_max_rows=700)
+    full = train(url, client=cluster, **kw)
+    ckpt, snapshot = tmp_path / "ck.json", tmp_path / "mid.json"
+
+    def keep(p):
+        if p.step == position:
+            shutil.copy(ckpt, snapshot)
+
+    train(url, client=cluster, checkpoint=str(ckpt), checkpoint_every=1, on_step=keep, **kw)
+    assert json.loads(snapshot.read_text())["position"] == position
+    shutil.copy(snapshot, ckpt)
+    resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **kw)
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
