@@ -33,7 +33,7 @@ from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
-from .solvers.measure import get_measure, measure_function
+from .solvers.measure import get_measure, measure_function, value_on
 from .solvers.plan import holdout_sizes, rounds, schedule
 from .solvers.select import Selection
 from .solvers.sgd import drive
@@ -106,9 +106,11 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         scores the model it would return if it stopped there: one candidate's
         iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
         snapshot at every check, the returned model at the last point; the baselines (FTRL, PSG, CP) their model
-        after every round or iteration; K-fold selection none.  They are never
-        trained or selected on; the points go to ``history["curve"]`` (key
-        ``"monitor"``).
+        after every round or iteration.  They are never trained or selected on;
+        the points go to ``history["curve"]`` (key ``"monitor"``).  K-fold
+        selection measures each fold's winner so far at each of its checks
+        (``history["validation_curve"]``, keys ``"monitor"`` and the fold's
+        training ``"time"``) and the returned model (``history["monitor_returned"]``).
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition
         step (K-fold selection: after each fold fit, ``unit="fold"``).
@@ -452,9 +454,7 @@ class _Monitor:
         (``folded``: already on the raw ones)."""
         if not folded:
             w, b = self.raw(w, b)
-        with np.errstate(over="ignore", invalid="ignore"):
-            s = np.asarray(self.X @ w, dtype=np.float64) + b
-        return float(self.measure(self.y, s)) if np.all(np.isfinite(s)) else None
+        return value_on(self.measure, self.X, self.y, w, b)
 
 
 def _writeable(X):
@@ -502,17 +502,26 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
     if monitor is not None:
         log.info("learning curve: %s", f"the measure on {watched[1].shape[0]} monitor rows at each {cfg.solver} "
                  f"{'round' if cfg.solver == 'ftrl' else 'iteration'} (never trained on)" if watched else
-                 "K-fold selection records each fold's validation measure, not the monitor rows'")
-    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=fold_tasks(c, fit_fold, on_fold))
+                 f"each fold's winner so far on {monitor[1].shape[0]} monitor rows at each of its checks, and the "
+                 "returned model (never trained or selected on)")
+    map_folds = fold_tasks(c, fit_fold, on_fold, monitor=monitor if cfg.validation_folds > 1 else None)
+    est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=map_folds)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}
     if watched:
         history["curve"] = [{"time": r.time, "rows_seen": r.rows_seen, "pass": 0, "step": r.step, "loss": r.loss,
                              "monitor": r.measure} for r in est.history_]
-        history["monitor"] = _rows_summary(watched[1])
+    if monitor is not None:
+        history["monitor"] = _rows_summary(monitor[1])
     if est.selection_ is not None:
+        checks = est.validation_curve_
+        if est.folds_:      # a fold's checks and its history records are one to one: each check's training time
+            checks = [{**p, "time": r.time} for p, r in zip(checks, est.history_)]
+            if monitor is not None:     # and the returned model (the mean of the folds' models) on the rows
+                history["monitor_returned"] = value_on(measure_function(cfg.measure, beta=cfg.beta, k=cfg.k),
+                                                       *monitor, est.coef_.ravel(), float(est.intercept_[0]))
         history.update(selection=est.selection_, selected=next(r["name"] for r in est.selection_ if r["selected"]),
-                       validation_curve=est.validation_curve_, validation_positives=est.validation_positives_)
+                       validation_curve=checks, validation_positives=est.validation_positives_)
         _log_resolution(est.validation_positives_, est.folds_)
     return LinearModel(coef=est.coef_.ravel(), intercept=float(np.ravel(est.intercept_)[0]), measure=cfg.measure,
                        params={**cfg.params(), "eta": est.eta_}, feature_names=ds.feature_names,

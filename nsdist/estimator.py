@@ -25,7 +25,7 @@ from .solvers.ftrl import FTRL, ftrl
 from .solvers.history import History, HistoryRecord, Recorder, Validate
 from .solvers.blocks import take_rows
 from .solvers.kernel import SGDState, end_pass, run_epochs
-from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function
+from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function, value_on
 from .solvers.plan import Holdout, block_rows, fold_ids, ends_pass, schedule, stream_order, training_rows
 from .solvers.psg import psg
 from .solvers.select import Selection
@@ -352,8 +352,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._set_model(w, self._cut(cfg, w, b, X, y))
         return self
 
-    def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation) -> "NonDecomposableClassifier":
-        """1PMB / 2PMB: the stream plan over block 0, with the selection when it applies."""
+    def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation,
+                    monitor: tuple | None = None) -> "NonDecomposableClassifier":
+        """1PMB / 2PMB: the stream plan over block 0, with the selection when it applies.
+
+        ``monitor``: raw-feature rows ``(X, y)`` on which each check of the selection also measures its
+        current winner (``validation_curve_`` points get ``"monitor"``; off the training clock)."""
         ids = np.arange(X.shape[0])
         holdout = None
         if validation is None and cfg.selects and cfg.validation_fraction > 0:
@@ -413,10 +417,15 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                     state = end_pass(state, population)
             return state
 
+        P = None if monitor is None else measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+
         def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
             state, stop = selection.check(cfg, state, *validation)
             recorder.history.append(HistoryRecord(recorder.elapsed(), state.rows_seen, state.epoch,
                                                   last_loss[0], selection.best))
+            if P is not None:
+                with recorder.untimed():
+                    selection.curve[-1]["monitor"] = self._winner_on(selection, P, *monitor)
             return state, stop
 
         state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
@@ -492,6 +501,17 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             w, b = self._scaling.fold(w, b)
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
         self.intercept_ = np.array([b], dtype=np.float64)
+
+    def _winner_on(self, selection: Selection, P, X, y: np.ndarray) -> float | None:
+        """The measure on raw-feature rows ``(X, y)`` of the selection's current winner, folded back as the
+        returned model would be (None before any candidate has a finite value)."""
+        if not np.isfinite(selection.value).any():
+            return None
+        m = selection.winner()
+        w, b = selection.W[:, m], float(selection.b[m])
+        if self._scaling is not None:
+            w, b = self._scaling.fold(w, b)
+        return value_on(P, X, y, w, b)
 
     def _validator(self, validation) -> Validate:
         Xv, yv = validation
@@ -691,15 +711,16 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
 
 
 @on_one_blas_thread
-def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int) -> dict:
+def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int, monitor: tuple | None = None) -> dict:
     """Fold ``f`` of K-fold selection: the population of ``cfg`` trained on the rows outside fold ``f`` and
     checked on it -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` does.  Returns its
     selection (every candidate's best snapshot on the fold's scaled features), the scaling, its report, curve,
     history, passes, validation positives, resolved configuration and step sizes (plain objects: a Dask
-    worker can run it and send them back)."""
+    worker can run it and send them back).  ``monitor``: rows ``(X, y)`` on which each check also measures
+    the fold's winner so far (its curve's ``"monitor"``: the learning curve of :func:`nsdist.train`)."""
     est = NonDecomposableClassifier(**{**cfg.params(), "validation_folds": 1})
     inside = fold == f
-    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]))
+    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]), monitor=monitor)
     return {"selection": est._selection, "scaling": est._scaling, "report": est.selection_,
             "curve": est.validation_curve_, "history": est.history_, "passes": est.n_iter_,
             "positives": est.validation_positives_, "config": est.config_, "eta": est.eta_}

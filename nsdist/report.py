@@ -157,40 +157,68 @@ def curve_png(history: dict, *, measure: str, title: str, monitor: str | None = 
     return _png(fig, title, data)
 
 
-def folds_curve_png(history: dict, *, measure: str, title: str) -> bytes:
+def folds_curve_png(history: dict, *, measure: str, title: str, monitor: str | None = None) -> bytes:
     """The learning curve of a K-fold selection (``history["folds"]``) as PNG bytes.
 
-    No partition streams, so there is no curve on the evaluation data: top
-    panel, each fold's best validation measure so far (over the live
-    candidates) against its training steps; bottom panel, the candidates
-    still alive (successive halving, early stopping).  The plotted points are
-    stored in the PNG's ``nsdist-curve`` text chunk as JSON (``fold``,
-    ``epoch``, ``best``, ``alive``).
+    No partition streams: each fold trains the population on its own.  Top
+    panel, against each fold's training time (its steps for a history
+    without times): each fold's best validation measure so far (solid) and,
+    where the run had ``monitor=`` rows, the measure on them of that fold's
+    winner so far (dashed), with the returned model -- the mean of the
+    winner's fold models -- as a star after the last check.  Bottom panel: the
+    candidates still alive (successive halving, early stopping).  The plotted
+    points are stored in the PNG's ``nsdist-curve`` text chunk as JSON
+    (``fold``, ``epoch``, ``best``, ``alive``, and ``time``, ``monitor``,
+    ``returned`` where recorded).
 
     Parameters
     ----------
     history : dict
         ``LinearModel.history`` with ``folds`` and the folds' ``validation_curve``.
     measure : str
-        Axis label of the measure.
+        Legend (axis label) of the validation lines.
     title : str
+    monitor : str, optional
+        Legend of the monitor lines (``"pAUC(0,0.1) on 6,000 test rows"``).
     """
     from matplotlib.figure import Figure
 
     curve = history["validation_curve"]
+    timed = all("time" in p for p in curve)
+    x_key = "time" if timed else "epoch"
     data = {key: [p[key] for p in curve] for key in ("fold", "epoch", "best", "alive")}
+    if timed:
+        data["time"] = [p["time"] for p in curve]
+    watched = monitor is not None and any(p.get("monitor") is not None for p in curve)
+    if watched:
+        data["monitor"] = [p.get("monitor") for p in curve]
+        data["returned"] = history.get("monitor_returned")
     fig = Figure(figsize=(7, 6), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     for f in range(history["folds"]):
         points = [p for p in curve if p["fold"] == f]
-        epochs = [p["epoch"] for p in points]
-        top.plot(epochs, [p["best"] for p in points], marker=".", color=f"C{f}")
-        bottom.plot(epochs, [p["alive"] for p in points], marker=".", color=f"C{f}", label=f"fold {f + 1}")
-    top.set_ylabel(measure)
+        xs = [p[x_key] for p in points]
+        top.plot(xs, [p["best"] for p in points], marker=".", color=f"C{f}")
+        if watched:
+            shown = [(x, p["monitor"]) for x, p in zip(xs, points) if p.get("monitor") is not None]
+            top.plot([x for x, _ in shown], [v for _, v in shown], linestyle="--", color=f"C{f}")
+        bottom.plot(xs, [p["alive"] for p in points], marker=".", color=f"C{f}", label=f"fold {f + 1}")
+    if watched:
+        from matplotlib.lines import Line2D
+        handles = [Line2D([], [], color="0.3", marker=".", label=measure),
+                   Line2D([], [], color="0.3", linestyle="--", label=f"the fold's winner so far: {monitor}")]
+        if data["returned"] is not None:
+            end = max(p[x_key] for p in curve)
+            top.plot([end], [data["returned"]], marker="*", markersize=12, color="k", linestyle="none")
+            handles.append(Line2D([], [], color="k", marker="*", markersize=10, linestyle="none",
+                                  label=f"returned model (the folds' mean): {data['returned']:.4f}"))
+        top.legend(handles=handles, loc="best", fontsize="small")
+    else:
+        top.set_ylabel(measure)
     top.set_title(title)
     bottom.legend(loc="upper right", ncols=min(5, history["folds"]))   # where the halving leaves room
     bottom.set_ylabel("live candidates")
-    bottom.set_xlabel("training steps (epochs)")
+    bottom.set_xlabel("each fold's training time (s)" if timed else "training steps (epochs)")
     for axis in (top, bottom):
         axis.grid(alpha=0.3)
     return _png(fig, title, data)

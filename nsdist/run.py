@@ -392,10 +392,14 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
             monitor=None if watched is None else f"{label} on {watched['rows']:,} {role} rows"))
         log.info("learning curve: %s (%d points)", run.path("learning_curve.png"), len(h["curve"]))
     elif h.get("folds"):
+        watched = h.get("monitor")
         run.write_bytes("learning_curve.png", folds_curve_png(
-            h, measure=f"best {label} on the fold's validation rows", title=f"{title}, {h['folds']}-fold selection"))
-        log.info("learning curve: %s (K-fold selection streams no partitions: each fold's validation measure, "
-                 "%d checks)", run.path("learning_curve.png"), len(h["validation_curve"]))
+            h, measure=f"best {label} on the fold's validation rows", title=f"{title}, {h['folds']}-fold selection",
+            monitor=None if watched is None else f"{label} on {watched['rows']:,} {role} rows"))
+        log.info("learning curve: %s (K-fold selection streams no partitions: each fold's validation measure%s, "
+                 "%d checks)", run.path("learning_curve.png"),
+                 "" if watched is None else f" and its winner's on {watched['rows']:,} {role} rows",
+                 len(h["validation_curve"]))
     else:
         log.info("no learning curve: the %s solver streams no partitions (output.curve_rows 0: nothing measured "
                  "while it trained)", model.params["solver"])

@@ -7,6 +7,7 @@ the Letter data set (positive class ``N``), written the way a user would
 """
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import time
@@ -326,6 +327,52 @@ def test_monitor_rows_draw_the_papers_curve_and_change_nothing(cluster, tmp_path
         assert len(baseline.history["curve"]) >= 15 and all("monitor" in p for p in baseline.history["curve"])
         assert baseline.history["curve"][-1]["monitor"] == \
             metrics.partial_auc(yt, Xt @ baseline.coef + baseline.intercept, 0.1)
+
+
+def test_k_fold_selection_draws_each_folds_winner_on_the_monitor_rows(cluster, tmp_path, letter):
+    """K-fold selection with ``monitor=(X, y)``: at each check of each fold, the measure on the monitor rows of
+    that fold's winner so far (at its last check: the winner's snapshot the fold returns, folded back), each
+    check's training time, and the returned model's measure on the rows; the model is the one trained without
+    monitor, bit for bit; the learning curve PNG plots them against the folds' training time."""
+    from PIL import Image
+
+    from nsdist.estimator import fit_fold
+    from nsdist.report import folds_curve_png
+    from nsdist.solvers.config import TrainConfig
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = letter
+    Xt, yt = X[6000:9000], y[6000:9000]
+    url = write_parquet(tmp_path / "d", X[:6000], y[:6000], rows_per_file=1500)
+    params = dict(measure="prbep", validation_folds=3, max_passes=3, random_state=2)
+    plain = train(url, client=cluster, **params)
+    watched = train(url, client=cluster, monitor=(Xt, yt), **params)
+    np.testing.assert_array_equal(watched.coef, plain.coef)
+    assert watched.intercept == plain.intercept and "monitor" not in plain.history
+    assert "monitor" not in plain.history["validation_curve"][0]
+    h = watched.history
+    assert h["folds"] == 3 and h["monitor"] == {"rows": len(yt), "positives": int((yt > 0).sum())}
+    assert h["monitor_returned"] == metrics.prbep(yt, Xt @ watched.coef + watched.intercept)
+    checks = h["validation_curve"]
+    assert all(p["monitor"] is not None and p["time"] > 0 for p in checks)
+    for f in range(3):                     # each fold's clock runs forward
+        times = [p["time"] for p in checks if p["fold"] == f]
+        assert times == sorted(times)
+    cfg = TrainConfig.from_params(**params).with_folds(3)       # the rows and folds the estimator fits on
+    parts = [open_dataset(url).read_partition(i, dtype="float64") for i in range(4)]
+    Xa, ya = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    folds = fold_ids(ya, np.arange(ya.shape[0]), cfg.random_state, 3)
+    for f in range(3):
+        r = fit_fold(cfg, Xa, ya, folds, f)
+        m = int(np.argmax(r["selection"].value))
+        w, b = r["selection"].W[:, m], float(r["selection"].b[m])
+        if r["scaling"] is not None:
+            w, b = r["scaling"].fold(w, b)
+        assert [p for p in checks if p["fold"] == f][-1]["monitor"] == metrics.prbep(yt, Xt @ w + b)
+    png = folds_curve_png(h, measure="validation", title="t", monitor="PRBEP on test rows")
+    plotted = json.loads(Image.open(io.BytesIO(png)).text["nsdist-curve"])
+    assert plotted["time"] == [p["time"] for p in checks] and plotted["monitor"] == [p["monitor"] for p in checks]
+    assert plotted["returned"] == h["monitor_returned"]
 
 
 def _twenty_partitions(root: Path, letter, seed: int):

@@ -26,16 +26,17 @@ __all__ = ["fold_tasks"]
 
 log = logging.getLogger("nsdist.engine")
 
-FoldFit = Callable[[TrainConfig, Any, np.ndarray, np.ndarray, int], dict]
+FoldFit = Callable[..., dict]
 
 
-def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], None] | None = None
-               ) -> Callable[[TrainConfig, Any, np.ndarray, np.ndarray], list[dict]]:
-    """A ``map_folds`` (:meth:`nsdist.NonDecomposableClassifier.fit`) that runs ``fit_fold(cfg, X, y, fold, f)``
-    for ``f = 0 .. K-1`` as Dask tasks of ``client`` and returns their results in fold order; ``on_fold(f,
-    done, K)`` is called as each fit arrives (progress)."""
+def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], None] | None = None,
+               monitor: tuple | None = None) -> Callable[[TrainConfig, Any, np.ndarray, np.ndarray], list[dict]]:
+    """A ``map_folds`` (:meth:`nsdist.NonDecomposableClassifier.fit`) that runs ``fit_fold(cfg, X, y, fold, f,
+    monitor=monitor)`` for ``f = 0 .. K-1`` as Dask tasks of ``client`` and returns their results in fold order;
+    ``on_fold(f, done, K)`` is called as each fit arrives (progress).  ``monitor`` rows ``(X, y)`` (the learning
+    curve's) are scattered once with the training rows."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-        k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold)
+        k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold, monitor)
         done: dict[int, dict] = {}
 
         def attempt(restart: int) -> list[dict]:
@@ -43,10 +44,11 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
             failed attempt cancels its tasks and drops its rows from the cluster (the traceback would keep
             them there, the whole data set among them, as long as the error is held)."""
             # keys of this job's own: a scattered dict keeps its keys, and "X" would be every job's
+            watched = () if monitor is None else (("X_monitor", monitor[0]), ("y_monitor", monitor[1]))
             rows = client.scatter({f"nsdist-fold-rows-{token}-{restart}-{name}": a
-                                   for name, a in (("X", X), ("y", y), ("fold", fold))})
-            X_, y_, fold_ = rows.values()
-            futures = {client.submit(fit_fold, cfg, X_, y_, fold_, f,
+                                   for name, a in (("X", X), ("y", y), ("fold", fold), *watched)})
+            X_, y_, fold_, *monitor_ = rows.values()
+            futures = {client.submit(fit_fold, cfg, X_, y_, fold_, f, monitor=tuple(monitor_) or None,
                                      key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
                        for f in range(k) if f not in done}
             try:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -91,6 +92,15 @@ class Recorder:
         """Training seconds so far."""
         return self._offset + time.perf_counter() - self._start - self._untimed
 
+    @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Work done inside is left off the training clock (validating, measuring on monitor rows)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._untimed += time.perf_counter() - t0
+
     def record(self, step: int, rows_seen: int, loss: float,
                model: Callable[[], tuple[np.ndarray, float]] | None = None, *,
                at: float | None = None) -> HistoryRecord:
@@ -102,9 +112,8 @@ class Recorder:
         t = self.elapsed() if at is None else at
         measure = None
         if self.validate is not None:
-            t0 = time.perf_counter()
-            measure = float(self.validate(*model()))
-            self._untimed += time.perf_counter() - t0
+            with self.untimed():
+                measure = float(self.validate(*model()))
         rec = HistoryRecord(float(t), int(rows_seen), int(step), float(loss), measure)
         self.history.append(rec)
         return rec

@@ -35,7 +35,7 @@ from .. import losses, metrics
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 
-__all__ = ["Measure", "MEASURES", "RESULT_KEYS", "get_measure", "make_loss", "measure_function",
+__all__ = ["Measure", "MEASURES", "RESULT_KEYS", "get_measure", "make_loss", "measure_function", "value_on",
            "learns_intercept", "cut_intercept", "f1_threshold", "result_key", "all_measures"]
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
@@ -171,6 +171,14 @@ def measure_function(measure: str, *, beta: float = 0.1, k: int | float | None =
     if name == "prbep":
         return metrics.prbep
     return lambda y, s: metrics.f1_score(y, s, threshold=0.0)
+
+
+def value_on(P: Metric, X, y: np.ndarray, w: np.ndarray, b: float) -> float | None:
+    """``P(y, X @ w + b)``: a model's measure on rows it is watched on (a learning curve's monitor rows);
+    None when a score is not finite (a diverged model has no value)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.asarray(X @ w, dtype=np.float64) + b
+    return float(P(y, s)) if np.all(np.isfinite(s)) else None
 
 
 def result_key(measure: str) -> str:
