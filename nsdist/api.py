@@ -102,7 +102,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     monitor : (X, y), optional
         Rows the learning curve measures the model on as it trains -- the
         paper's figures: the measure against training time on test rows (raw
-        features; labels as ``validation``'s).  A streamed job
+        features; labels as ``validation``'s; both classes).  A streamed job
         scores the model it would return if it stopped there: one candidate's
         iterate (up to :data:`MONITOR_POINTS` times a run), a population's best
         snapshot at every check, the returned model at the last point; the baselines (FTRL, PSG, CP) their model
@@ -434,6 +434,11 @@ def _monitor_rows(rows: tuple, ds: Dataset) -> tuple:
     y = _labels(y, ds, "monitor y")
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"monitor has {X.shape[0]} rows but {y.shape[0]} labels")
+    n_pos = int(np.count_nonzero(y > 0))
+    if n_pos in (0, y.shape[0]):
+        raise ValueError(f"monitor rows hold only {'negative' if n_pos == 0 else 'positive'} labels ({y.shape[0]} "
+                         f"rows{', read with positive=' + repr(ds.schema.positive) if ds.schema.positive else ''}): "
+                         "the measure needs both classes")
     return X, y
 
 

@@ -252,13 +252,24 @@ def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.
 
 
 def curve_rows(ds: Dataset, max_rows: int, random_state: int) -> tuple | None:
-    """Up to ``max_rows`` rows of ``ds`` for the learning curve: whole partitions drawn by seed, read here
-    (None for 0 rows)."""
+    """Up to ``max_rows`` rows of ``ds`` for the learning curve (``nsdist.train``'s ``monitor=``): whole
+    partitions drawn by seed, read here; their labels as stored, which ``train`` reads as the dataset's label
+    column is (``positive=``).  None for 0 rows, or when the rows hold one class only (the measure needs
+    both: logged)."""
     if max_rows <= 0:
         return None
     from .engine.holdout import sample_partitions
 
-    return load_rows(ds.select(sample_partitions(ds, random_state, max_rows), "curve"), max_rows)
+    rows = ds.select(sample_partitions(ds, random_state, max_rows), "curve")
+    X, y = load_rows(rows, max_rows)
+    n_pos = int(np.count_nonzero(y > 0))
+    if n_pos in (0, y.shape[0]):
+        log.info("learning curve: the %d rows drawn for it (output.curve_rows) hold %s; no line on them",
+                 y.shape[0], "no positive" if n_pos == 0 else "no negative")
+        return None
+    if ds.schema.positive is not None:
+        y = np.concatenate([rows.read_label_values(p.index) for p in rows.partitions])[:y.shape[0]]
+    return X, y
 
 
 def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: RunDir, runlog: RunLog, *,

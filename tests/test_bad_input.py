@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -266,6 +267,42 @@ def test_class_names_train_and_evaluate_with_positive(rows, cluster, env, tmp_pa
     assert proc.returncode == 0, proc.stderr
     evaluated = json.loads((tmp_path / "e.json").read_text())
     assert {k: evaluated[k] for k in measures} == measures
+    # the learning curve's rows (a sample of the evaluation data) are labelled as the data is read, K-fold
+    # selection (this small set's default) and streamed alike: the curve of the same rows labelled +1/-1
+    for how in ([], ["--set", "solver.validation_folds=1"]):
+        runs = {name: tmp_path / f"curve-{name}-{len(how)}" for name in ("named", "plain")}
+        for name, args in (("named", [named, "--positive", "fraud"]), ("plain", [plain])):
+            proc = nsdist_cli("train", *args, *TRAIN_ARGS, *how, "--out", runs[name], env=env)
+            assert proc.returncode == 0, proc.stderr
+        got, want = (load_model(str(runs[name] / "model")).history for name in ("named", "plain"))
+        key = "curve" if how else "validation_curve"
+        assert [p.get("monitor") for p in got[key]] == [p.get("monitor") for p in want[key]]
+        assert any(p.get("monitor") is not None for p in got[key])
+        assert got.get("monitor_returned") == want.get("monitor_returned") and ("monitor_returned" in got) != bool(how)
+
+
+def test_monitor_rows_of_one_class_are_refused_and_the_clis_curve_skips_them(rows, cluster, tmp_path, caplog):
+    """``monitor=`` rows of one class have no measure: refused before training, naming it; the CLI's curve
+    sample (whole partitions drawn by seed) of one class draws no line instead of failing the job."""
+    from nsdist.data import Dataset
+    from nsdist.run import curve_rows
+
+    X, y = rows
+    url = write_parquet(tmp_path / "d", X, y, rows_per_file=500)
+    with pytest.raises(ValueError, match=r"monitor rows hold only negative labels \(40 rows\): the measure needs both"):
+        train(url, client=cluster, monitor=(X[:40], -np.ones(40)), **TRAIN)
+    y_split = np.where(np.arange(len(y)) < 500, -1, y)      # the first file holds no positive
+    named = write_parquet(tmp_path / "n", X, np.where(y_split > 0, "fraud", "ok"), rows_per_file=500)
+    ds = Dataset.open(named, positive="fraud")
+    drawn = {}
+    for seed in range(20):
+        with caplog.at_level(logging.INFO, logger="nsdist"):
+            drawn[seed] = curve_rows(ds, 500, seed)
+    assert any(r is None for r in drawn.values()) and any(r is not None for r in drawn.values())
+    assert "hold no positive; no line on them" in caplog.text
+    for r in drawn.values():
+        if r is not None:                    # the labels as stored, which train reads with positive=
+            assert set(r[1]) == {"fraud", "ok"} and r[0].shape == (500, X.shape[1])
 
 
 def test_an_empty_partition_among_others_is_skipped_with_a_warning(rows, cluster, tmp_path):

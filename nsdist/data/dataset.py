@@ -365,6 +365,13 @@ class Dataset:
         table, where = self._read(i, [self.schema.label])
         return self.schema.labels(table, where)
 
+    def read_label_values(self, i: int) -> np.ndarray:
+        """The label column of partition ``i`` as stored -- class names, codes -- unchecked: the values
+        ``positive=`` is matched against, for rows handed to a call that labels them itself
+        (``nsdist.train(monitor=...)``)."""
+        table, _ = self._read(i, [self.schema.label])
+        return table.column(self.schema.label).to_numpy(zero_copy_only=False)
+
     def _read(self, i: int, columns: list[str]) -> tuple[pa.Table, str]:
         info, where = self.partitions[i], self.partition_name(i)
         try:
