@@ -165,7 +165,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
     if monitor is not None:
-        monitor = _monitor_rows(monitor, ds)
+        monitor = _monitor_rows(monitor, ds, cfg)
     if init_model is not None:
         if not cfg.streaming:
             raise ValueError(f"init_model (warm start) needs a streaming solver ('1pmb' or '2pmb'), not {cfg.solver!r}")
@@ -424,8 +424,10 @@ def _rows_summary(y: np.ndarray) -> dict:
     return {"rows": int(y.shape[0]), "positives": int(np.count_nonzero(y > 0))}
 
 
-def _monitor_rows(rows: tuple, ds: Dataset) -> tuple:
-    """``monitor=`` checked: float64 rows of the dataset's features (dense or CSR) and their labels in {-1, +1}."""
+def _monitor_rows(rows: tuple, ds: Dataset, cfg: TrainConfig) -> tuple:
+    """``monitor=`` checked: float64 rows of the dataset's features (dense or CSR) and their labels in {-1, +1},
+    on which the measure can be taken (both classes; Prec@k: at least ``k`` rows) -- refused now, not after
+    training has started."""
     X, y = rows
     d = ds.n_features
     X = X.tocsr().astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
@@ -439,6 +441,10 @@ def _monitor_rows(rows: tuple, ds: Dataset) -> tuple:
         raise ValueError(f"monitor rows hold only {'negative' if n_pos == 0 else 'positive'} labels ({y.shape[0]} "
                          f"rows{', read with positive=' + repr(ds.schema.positive) if ds.schema.positive else ''}): "
                          "the measure needs both classes")
+    try:
+        measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)(y, np.zeros(y.shape[0]))
+    except ValueError as exc:
+        raise ValueError(f"monitor rows: {exc}") from None
     return X, y
 
 

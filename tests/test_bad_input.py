@@ -282,8 +282,9 @@ def test_class_names_train_and_evaluate_with_positive(rows, cluster, env, tmp_pa
 
 
 def test_monitor_rows_of_one_class_are_refused_and_the_clis_curve_skips_them(rows, cluster, tmp_path, caplog):
-    """``monitor=`` rows of one class have no measure: refused before training, naming it; the CLI's curve
-    sample (whole partitions drawn by seed) of one class draws no line instead of failing the job."""
+    """``monitor=`` rows of one class (or fewer than Prec@k's k) have no measure: refused before training,
+    naming it; the CLI's curve sample (whole partitions drawn by seed) of one class draws no line instead of
+    failing the job."""
     from nsdist.data import Dataset
     from nsdist.run import curve_rows
 
@@ -291,6 +292,8 @@ def test_monitor_rows_of_one_class_are_refused_and_the_clis_curve_skips_them(row
     url = write_parquet(tmp_path / "d", X, y, rows_per_file=500)
     with pytest.raises(ValueError, match=r"monitor rows hold only negative labels \(40 rows\): the measure needs both"):
         train(url, client=cluster, monitor=(X[:40], -np.ones(40)), **TRAIN)
+    with pytest.raises(ValueError, match=r"monitor rows: k = 50 is out of range: need 1 <= k <= n = 40"):
+        train(url, client=cluster, monitor=(X[:40], y[:40]), measure="prec@k", k=50, **TRAIN)
     y_split = np.where(np.arange(len(y)) < 500, -1, y)      # the first file holds no positive
     named = write_parquet(tmp_path / "n", X, np.where(y_split > 0, "fraud", "ok"), rows_per_file=500)
     ds = Dataset.open(named, positive="fraud")
