@@ -436,16 +436,24 @@ def _monitor_rows(rows: tuple, ds: Dataset, cfg: TrainConfig) -> tuple:
     y = _labels(y, ds, "monitor y")
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"monitor has {X.shape[0]} rows but {y.shape[0]} labels")
+    problem = monitor_problem(y, cfg.measure, beta=cfg.beta, k=cfg.k)
+    if problem:
+        read = f" (labels read with positive={ds.schema.positive!r})" if ds.schema.positive is not None else ""
+        raise ValueError(f"monitor rows: {problem}{read}")
+    return X, y
+
+
+def monitor_problem(y: np.ndarray, measure: str, *, beta: float = 0.1, k: int | float | None = None) -> str | None:
+    """Why ``measure`` cannot be taken on monitor rows labelled ``y`` (in {-1, +1}), or None: one class only,
+    or fewer rows than Prec@k's ``k``."""
     n_pos = int(np.count_nonzero(y > 0))
     if n_pos in (0, y.shape[0]):
-        raise ValueError(f"monitor rows hold only {'negative' if n_pos == 0 else 'positive'} labels ({y.shape[0]} "
-                         f"rows{', read with positive=' + repr(ds.schema.positive) if ds.schema.positive else ''}): "
-                         "the measure needs both classes")
+        return f"only {'negative' if n_pos == 0 else 'positive'} labels in {y.shape[0]} rows; the measure needs both classes"
     try:
-        measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)(y, np.zeros(y.shape[0]))
+        measure_function(measure, beta=beta, k=k)(y, np.zeros(y.shape[0]))
     except ValueError as exc:
-        raise ValueError(f"monitor rows: {exc}") from None
-    return X, y
+        return str(exc)
+    return None
 
 
 class _Monitor:

@@ -251,21 +251,23 @@ def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.
     return np.concatenate(X), np.concatenate(y)
 
 
-def curve_rows(ds: Dataset, max_rows: int, random_state: int) -> tuple | None:
+def curve_rows(ds: Dataset, max_rows: int, random_state: int, params: dict) -> tuple | None:
     """Up to ``max_rows`` rows of ``ds`` for the learning curve (``nsdist.train``'s ``monitor=``): whole
     partitions drawn by seed, read here; their labels as stored, which ``train`` reads as the dataset's label
-    column is (``positive=``).  None for 0 rows, or when the rows hold one class only (the measure needs
-    both: logged)."""
+    column is (``positive=``).  None for 0 rows, or when the job's measure (``params``) cannot be taken on
+    them (:func:`nsdist.api.monitor_problem`: logged)."""
     if max_rows <= 0:
         return None
+    from .api import monitor_problem
     from .engine.holdout import sample_partitions
+    from .solvers.config import DEFAULTS
 
     rows = ds.select(sample_partitions(ds, random_state, max_rows), "curve")
     X, y = load_rows(rows, max_rows)
-    n_pos = int(np.count_nonzero(y > 0))
-    if n_pos in (0, y.shape[0]):
-        log.info("learning curve: the %d rows drawn for it (output.curve_rows) hold %s; no line on them",
-                 y.shape[0], "no positive" if n_pos == 0 else "no negative")
+    measure = {**DEFAULTS, **params}
+    problem = monitor_problem(y, measure["measure"], beta=measure["beta"], k=measure["k"])
+    if problem:
+        log.info("learning curve: no line on the %d rows drawn for it (output.curve_rows): %s", y.shape[0], problem)
         return None
     if ds.schema.positive is not None:
         y = np.concatenate([rows.read_label_values(p.index) for p in rows.partitions])[:y.shape[0]]
@@ -306,7 +308,7 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
             runlog.save()
             saved = time.monotonic()
 
-    monitor = curve_rows(test, job.output.curve_rows, params.get("random_state") or 0)
+    monitor = curve_rows(test, job.output.curve_rows, params.get("random_state") or 0, params)
     with TrainingBar(n_passes or "?", enabled=None if progress else False) as bar:
         model = api.train(train, client=client, checkpoint=run.checkpoint, checkpoint_options=run.storage_options,
                           checkpoint_every=job.output.checkpoint_every,

@@ -290,7 +290,7 @@ def test_monitor_rows_of_one_class_are_refused_and_the_clis_curve_skips_them(row
 
     X, y = rows
     url = write_parquet(tmp_path / "d", X, y, rows_per_file=500)
-    with pytest.raises(ValueError, match=r"monitor rows hold only negative labels \(40 rows\): the measure needs both"):
+    with pytest.raises(ValueError, match="monitor rows: only negative labels in 40 rows; the measure needs both"):
         train(url, client=cluster, monitor=(X[:40], -np.ones(40)), **TRAIN)
     with pytest.raises(ValueError, match=r"monitor rows: k = 50 is out of range: need 1 <= k <= n = 40"):
         train(url, client=cluster, monitor=(X[:40], y[:40]), measure="prec@k", k=50, **TRAIN)
@@ -300,9 +300,12 @@ def test_monitor_rows_of_one_class_are_refused_and_the_clis_curve_skips_them(row
     drawn = {}
     for seed in range(20):
         with caplog.at_level(logging.INFO, logger="nsdist"):
-            drawn[seed] = curve_rows(ds, 500, seed)
+            drawn[seed] = curve_rows(ds, 500, seed, {"measure": "pauc"})
     assert any(r is None for r in drawn.values()) and any(r is not None for r in drawn.values())
-    assert "hold no positive; no line on them" in caplog.text
+    assert "no line on the 500 rows drawn for it (output.curve_rows): only negative labels in 500 rows" in caplog.text
+    with caplog.at_level(logging.INFO, logger="nsdist"):
+        assert curve_rows(ds, 2000, 0, {"measure": "prec@k", "k": 5000}) is None
+    assert "k = 5000 is out of range: need 1 <= k <= n = 2000" in caplog.text
     for r in drawn.values():
         if r is not None:                    # the labels as stored, which train reads with positive=
             assert set(r[1]) == {"fraud", "ok"} and r[0].shape == (500, X.shape[1])
