@@ -35,7 +35,7 @@ from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
 from .solvers.measure import get_measure, measure_function, value_on
 from .solvers.plan import holdout_sizes, rounds, schedule
-from .solvers.select import Selection
+from .solvers.select import Selection, WinnerWatch
 from .solvers.sgd import drive
 
 __all__ = ["ingest", "train", "evaluate", "load_model", "open_dataset"]
@@ -308,6 +308,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         return (w, b) if scaling is None else scaling.fold(w, b)
 
     watch = None if monitor is None else _Monitor(monitor, cfg, raw, len(steps))
+    winner = None if watch is None or selection is None else WinnerWatch(watch.value)
     if watch is not None:
         log.info("learning curve: the measure on %d monitor rows as the model trains (never trained or selected on)",
                  watch.y.shape[0])
@@ -345,9 +346,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
             alive[0] = int(st.alive.sum())
             if curve:
                 curve[-1]["measure"], curve[-1]["alive"] = selection.best, alive[0]
-                if watch is not None and np.isfinite(selection.value).any():   # the best snapshot so far
-                    m = selection.winner()
-                    curve[-1]["monitor"] = watch.value(selection.W[:, m], float(selection.b[m]))
+                if winner is not None:      # the best snapshot so far
+                    curve[-1]["monitor"] = winner(selection)
             log.info("check %d after %d steps: best %s %.4f, %d candidate(s) alive%s", selection.checks,
                      st.epoch, cfg.measure, selection.best, alive[0], "; stopping early" if stop else "")
         if saver is not None and (saver.due(position) or stop or position == len(steps)):

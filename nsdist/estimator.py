@@ -28,7 +28,7 @@ from .solvers.kernel import SGDState, end_pass, run_epochs
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function, value_on
 from .solvers.plan import Holdout, block_rows, fold_ids, ends_pass, schedule, stream_order, training_rows
 from .solvers.psg import psg
-from .solvers.select import Selection
+from .solvers.select import Selection, WinnerWatch
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
 
 __all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks", "fit_fold",
@@ -417,15 +417,21 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
                     state = end_pass(state, population)
             return state
 
-        P = None if monitor is None else measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+        watch = None
+        if monitor is not None:
+            P = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+
+            def measured(w: np.ndarray, b: float) -> float | None:     # folded back as the returned model is
+                return value_on(P, *monitor, *((w, b) if scaling is None else scaling.fold(w, b)))
+            watch = WinnerWatch(measured)
 
         def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
             state, stop = selection.check(cfg, state, *validation)
             recorder.history.append(HistoryRecord(recorder.elapsed(), state.rows_seen, state.epoch,
                                                   last_loss[0], selection.best))
-            if P is not None:
+            if watch is not None:
                 with recorder.untimed():
-                    selection.curve[-1]["monitor"] = self._winner_on(selection, P, *monitor)
+                    selection.curve[-1]["monitor"] = watch(selection)
             return state, stop
 
         state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
@@ -501,17 +507,6 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             w, b = self._scaling.fold(w, b)
         self.coef_ = np.asarray(w, dtype=np.float64).reshape(1, -1)
         self.intercept_ = np.array([b], dtype=np.float64)
-
-    def _winner_on(self, selection: Selection, P, X, y: np.ndarray) -> float | None:
-        """The measure on raw-feature rows ``(X, y)`` of the selection's current winner, folded back as the
-        returned model would be (None before any candidate has a finite value)."""
-        if not np.isfinite(selection.value).any():
-            return None
-        m = selection.winner()
-        w, b = selection.W[:, m], float(selection.b[m])
-        if self._scaling is not None:
-            w, b = self._scaling.fold(w, b)
-        return value_on(P, X, y, w, b)
 
     def _validator(self, validation) -> Validate:
         Xv, yv = validation

@@ -478,3 +478,21 @@ def test_partial_fit_refuses_an_explicit_k_fold_selection():
         est.partial_fit(X, y)
     with pytest.raises(ValueError, match="K-fold selection .* is fit's"):
         NonDecomposableClassifier("pauc", validation_folds=2).partial_fit(X, y)
+
+
+def test_winner_watch_measures_each_snapshot_once():
+    """WinnerWatch measures the winner's snapshot at a check only when it differs from the one measured last
+    (a snapshot changes only with its value), and nothing before a candidate has a finite value."""
+    from nsdist.solvers.select import WinnerWatch
+
+    sel = Selection.start(3, 2)
+    seen = []
+    watch = WinnerWatch(lambda w, b: seen.append((w.copy(), b)) or float(w.sum() + b))
+    assert watch(sel) is None and seen == []
+    sel.value[:] = [0.5, 0.7]
+    sel.W[:, 1], sel.b[1] = [1.0, 2.0, 3.0], 0.5
+    assert watch(sel) == 6.5 and watch(sel) == 6.5 and len(seen) == 1
+    sel.value[1], sel.W[0, 1] = 0.8, 10.0                      # the winner's snapshot improved
+    assert watch(sel) == 15.5 and len(seen) == 2
+    sel.value[0], sel.W[:, 0] = 0.9, [1.0, 1.0, 1.0]          # another winner
+    assert watch(sel) == 3.0 and len(seen) == 3 and watch(sel) == 3.0 and len(seen) == 3

@@ -32,6 +32,7 @@ validation rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
 from .measure import cut_intercept, f1_threshold, get_measure, measure_function
 
-__all__ = ["Selection", "REDUCTION"]
+__all__ = ["Selection", "WinnerWatch", "REDUCTION"]
 
 #: successive halving keeps the best ``ceil(n / REDUCTION)`` of ``n`` live candidates at a check
 #: (Hyperband's default reduction factor, Li et al. 2018: the population is down to one after
@@ -257,3 +258,28 @@ class Selection:
                    np.asarray(d["at_epoch"], dtype=np.int64), np.asarray(d["dropped"], dtype=np.int64),
                    list(d["reason"]), int(d["checks"]),
                    -np.inf if d["best"] is None else float(d["best"]), list(d["curve"]))
+
+
+class WinnerWatch:
+    """A selection's winner measured at each check on rows it is watched on (a learning curve's monitor rows).
+
+    ``measure(w, b)`` gives the measure of a snapshot (the caller folds it back
+    onto the rows' features).  A snapshot changes only when its value does
+    (:meth:`Selection.check`), so the same winner's snapshot is measured once,
+    not at every check after the selection settles.
+    """
+
+    def __init__(self, measure: Callable[[np.ndarray, float], float | None]) -> None:
+        self.measure = measure
+        self._key: tuple[int, float] | None = None
+        self._value: float | None = None
+
+    def __call__(self, selection: Selection) -> float | None:
+        """The winner's measure; None before any candidate has a finite value."""
+        if not np.isfinite(selection.value).any():
+            return None
+        m = selection.winner()
+        key = (m, float(selection.value[m]))
+        if key != self._key:
+            self._key, self._value = key, self.measure(selection.W[:, m], float(selection.b[m]))
+        return self._value
