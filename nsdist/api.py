@@ -214,7 +214,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     No phase but the chain and the validation gather reads the whole dataset:
     the class check and the holdout read the label column; the gather returns
     the validation rows and every row's moments; a run without a holdout reads
-    a sample of whole partitions for its moments and its ranking cut.
+    a sample of whole partitions for its moments and its ranking cut (a fixed
+    1PMB run over CSR data: no read -- the partitions its chain loads last).
     """
     t = time.perf_counter()
     holdout, sample, val, moments = None, None, None, None
