@@ -260,12 +260,12 @@ def curve_rows(ds: Dataset, max_rows: int, random_state: int, params: dict) -> t
         return None
     from .api import monitor_problem
     from .engine.holdout import sample_partitions
-    from .solvers.config import DEFAULTS
+    from .solvers.config import TrainConfig
 
     rows = ds.select(sample_partitions(ds, random_state, max_rows), "curve")
     X, y = load_rows(rows, max_rows)
-    measure = {**DEFAULTS, **params}
-    problem = monitor_problem(y, measure["measure"], beta=measure["beta"], k=measure["k"])
+    cfg = TrainConfig.from_params(**params)
+    problem = monitor_problem(y, cfg.measure, beta=cfg.beta, k=cfg.k)
     if problem:
         log.info("learning curve: no line on the %d rows drawn for it (output.curve_rows): %s", y.shape[0], problem)
         return None
