@@ -353,11 +353,13 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation,
-                    monitor: tuple | None = None) -> "NonDecomposableClassifier":
+                    monitor: tuple | None = None, owned: bool = False) -> "NonDecomposableClassifier":
         """1PMB / 2PMB: the stream plan over block 0, with the selection when it applies.
 
         ``monitor``: raw-feature rows ``(X, y)`` on which each check of the selection also measures its
-        current winner (``validation_curve_`` points get ``"monitor"``; off the training clock)."""
+        current winner (``validation_curve_`` points get ``"monitor"``; off the training clock).
+        ``owned``: ``X`` and the validation rows are this fit's own copies, scaled in place (a fold fit's:
+        one copy of its rows fewer)."""
         ids = np.arange(X.shape[0])
         holdout = None
         if validation is None and cfg.selects and cfg.validation_fraction > 0:
@@ -365,15 +367,19 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             mask = holdout.mask(y, ids)
             validation = (X[np.flatnonzero(mask)], y[mask])
         n_val = 0 if validation is None else validation[0].shape[0]
-        if n_val and np.unique(validation[1]).shape[0] < 2:
+        on_training_rows = bool(n_val) and np.unique(validation[1]).shape[0] < 2
+        if on_training_rows:
             # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
             validation = (X, y)
         # moments of every row (validation rows included), as the engine takes them
         self._scaling = scaling = cfg.scaling_for(X)
         if scaling is not None:
-            X = scaling.apply(X.copy())
-            if validation is not None:
-                validation = (scaling.apply(validation[0].copy()), validation[1])
+            X = scaling.apply(X if owned else X.copy())
+            if on_training_rows:
+                validation = (X, y)
+            elif validation is not None:     # the holdout's rows are a copy already (fancy indexing)
+                validation = (scaling.apply(validation[0] if owned or holdout is not None else validation[0].copy()),
+                              validation[1])
         cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
                           mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
@@ -715,7 +721,7 @@ def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int, monit
     the fold's winner so far (its curve's ``"monitor"``: the learning curve of :func:`nsdist.train`)."""
     est = NonDecomposableClassifier(**{**cfg.params(), "validation_folds": 1})
     inside = fold == f
-    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]), monitor=monitor)
+    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]), monitor=monitor, owned=True)
     return {"selection": est._selection, "scaling": est._scaling, "report": est.selection_,
             "curve": est.validation_curve_, "history": est.history_, "passes": est.n_iter_,
             "positives": est.validation_positives_, "config": est.config_, "eta": est.eta_}

@@ -577,8 +577,7 @@ def test_one_class_dataset_fails_before_training(cluster, tmp_path, letter):
 def test_moments_without_a_float64_copy_equal_row_moments_to_the_bit():
     """docs/engine.md §Holdout and sample: the chunked moments are row_moments of a float64 copy, bit for bit
     (one block or several in a row, float32 or float64, any chunk size)."""
-    from nsdist.engine.holdout import moments_of
-    from nsdist.solvers.scaling import row_moments
+    from nsdist.solvers.scaling import moments_of, row_moments
 
     rng = np.random.default_rng(3)
     for trial in range(12):

@@ -17,9 +17,9 @@ from distributed import Client, LocalCluster
 
 from nsdist.api import open_dataset
 from nsdist.engine.cluster import CONFIG_KEY, heap_for_blocks
-from nsdist.engine.holdout import class_counts, column_moments, gather_validation, moments_of, plan_holdout
+from nsdist.engine.holdout import class_counts, column_moments, gather_validation, plan_holdout
 from nsdist.solvers.plan import Holdout
-from nsdist.solvers.scaling import merge_moments, row_moments
+from nsdist.solvers.scaling import merge_moments, moments_of, row_moments
 
 
 def _write(root: Path, X: np.ndarray, y: np.ndarray, rows_per_file: int) -> str:

@@ -47,7 +47,7 @@ from ..losses.base import Loss
 from .kernel import Population
 from .measure import get_measure, make_loss
 from .plan import holdout_sizes
-from .scaling import Scaling, row_moments, scaling_from_moments
+from .scaling import Scaling, moments_of, scaling_from_moments
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
            "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "AUTO_FOLDS",
@@ -419,7 +419,7 @@ class TrainConfig:
 
     def scaling_for(self, X) -> Scaling | None:
         """The feature scaling of a run trained on the rows ``X`` (None: ``standardize=False``)."""
-        return self.scaling_of(row_moments(X.astype(np.float64)), sparse=sp.issparse(X))
+        return self.scaling_of(moments_of(X), sparse=sp.issparse(X))
 
     def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
         """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).
