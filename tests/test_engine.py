@@ -162,6 +162,34 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
             train(url, client=cluster, resume=True, checkpoint=str(tmp_path / "ck.json"), **{**params, **extra})
 
 
+def test_k_fold_fits_run_no_more_at_once_than_the_host_has_cores(tmp_path, letter):
+    """Workers whose threads outnumber the cores (two workers of ``cores`` threads each on this host): the
+    fold fits still run at most ``cores`` at a time (``fold_slots``), each next fit submitted when one ends,
+    and the model is the estimator's to the bit.  Without the limit, two fits shared a core, each took twice
+    as long on its fold's clock (the learning curve) and held its copies of the rows meanwhile."""
+    from dask.system import cpu_count
+
+    from nsdist.engine.folds import fold_slots
+
+    cores = cpu_count()
+    X, y = letter[0][:4000], letter[1][:4000]
+    url = write_parquet(tmp_path / "slots", X, y, rows_per_file=1000)
+    params = dict(measure="prbep", validation_folds=min(cores + 3, 10), random_state=2)
+    with LocalCluster(n_workers=2, threads_per_worker=cores, dashboard_address=None) as lc, Client(lc) as client:
+        assert fold_slots(client) == cores
+        with get_task_stream(client) as stream:
+            model = train(url, client=client, **params)
+    spans = [(ss["start"], ss["stop"]) for t in stream.data if str(t["key"]).startswith("nsdist-fold-")
+             for ss in t["startstops"] if ss["action"] == "compute"]
+    assert len(spans) == params["validation_folds"]
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])    # an end before a start at a tie
+    running = np.cumsum([e for _, e in events])
+    assert running.max() <= cores
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+
+
 @pytest.mark.parametrize("params", [dict(measure="prbep", random_state=1), dict(measure="pauc", solver="ftrl")],
                          ids=["k-fold", "ftrl"])
 def test_in_memory_fits_read_float32_files_as_float32(cluster, tmp_path, letter, params):

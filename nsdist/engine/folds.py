@@ -9,6 +9,11 @@ lost with its worker, or with the worker that held the scattered rows (a task
 whose rows are gone is cancelled), is redone: the driver still holds the rows,
 so it scatters them again and resubmits the lost fits, up to
 :data:`~nsdist._faults.MAX_RESTARTS` times.
+
+No more fits run at once than there are cores to run them (:func:`fold_slots`):
+a worker of two threads on one core would run two fits side by side, each at
+half speed and each holding its copies of the rows, and each fold's clock (its
+learning curve) would count the other's time.
 """
 from __future__ import annotations
 
@@ -22,11 +27,33 @@ from distributed import as_completed
 from .._faults import MAX_RESTARTS, cancel_quietly, is_transient, redo_lost
 from ..solvers.config import TrainConfig
 
-__all__ = ["fold_tasks"]
+__all__ = ["fold_tasks", "fold_slots"]
 
 log = logging.getLogger("nsdist.engine")
 
 FoldFit = Callable[..., dict]
+
+
+def _cores() -> int:
+    """This worker's usable cores (Dask's count: CPU affinity and cgroup limits included)."""
+    from dask.system import cpu_count
+    return int(cpu_count())
+
+
+def fold_slots(client) -> int:
+    """How many fold fits run at once on ``client``'s cluster: on each host, its workers' threads, but no more
+    than the host's cores (at least 1)."""
+    workers = client.scheduler_info()["workers"]
+    try:
+        cores = client.run(_cores)
+    except Exception:  # a worker leaving meanwhile: count threads only (the fits still run, maybe crowded)
+        cores = {}
+    hosts: dict[str, tuple[int, int]] = {}
+    for address, info in workers.items():
+        threads, host_cores = hosts.get(info.get("host", address), (0, 0))
+        hosts[info.get("host", address)] = (threads + int(info.get("nthreads", 1)),
+                                            max(host_cores, int(cores.get(address, 0))))
+    return max(1, sum(min(threads, host_cores or threads) for threads, host_cores in hosts.values()))
 
 
 def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], None] | None = None,
@@ -48,12 +75,24 @@ def fold_tasks(client, fit_fold: FoldFit, on_fold: Callable[[int, int, int], Non
             rows = client.scatter({f"nsdist-fold-rows-{token}-{restart}-{name}": a
                                    for name, a in (("X", X), ("y", y), ("fold", fold), *watched)})
             X_, y_, fold_, *monitor_ = rows.values()
-            futures = {client.submit(fit_fold, cfg, X_, y_, fold_, f, monitor=tuple(monitor_) or None,
-                                     key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else "")): f
-                       for f in range(k) if f not in done}
+
+            def submit(f: int):
+                return client.submit(fit_fold, cfg, X_, y_, fold_, f, monitor=tuple(monitor_) or None,
+                                     key=f"nsdist-fold-{token}-{f}" + (f"-redo{restart}" if restart else ""))
+
+            waiting = [f for f in range(k) if f not in done]
+            slots = fold_slots(client)
+            futures = {submit(f): f for f in waiting[:slots]}
+            waiting = waiting[slots:]
             try:
                 lost = None
-                for future in as_completed(futures, loop=client.loop):
+                running = as_completed(list(futures), loop=client.loop)
+                for future in running:
+                    if waiting:                  # a fit ended (or was lost): the next one takes its slot
+                        following = waiting.pop(0)
+                        nxt = submit(following)
+                        futures[nxt] = following
+                        running.add(nxt)
                     f = futures[future]
                     try:
                         done[f] = future.result()
