@@ -472,6 +472,15 @@ def test_k_fold_selection_rejects_what_it_cannot_do(params, fit_kw, message):
         NonDecomposableClassifier("pauc", **params).fit(*args)
 
 
+@pytest.mark.parametrize("folds", [1, 3])
+def test_constant_features_are_refused_saying_so(folds):
+    """Every feature constant (0 once standardised): the step size cannot be scaled and nothing ranks the rows;
+    the error says that, not only "set eta" (a user's wrong column selection, typically)."""
+    X, y = make_data(n=600)
+    with pytest.raises(ValueError, match="every feature is constant"):
+        NonDecomposableClassifier("prbep", validation_folds=folds).fit(np.ones_like(X), y)
+
+
 def test_auto_folds_take_k_fold_selection_exactly_where_a_holdout_would_hold_under_100_positives():
     """``validation_folds="auto"``: 5 folds where the 10% holdout would hold < 100 positives, the rows fit the
     validation cap and each fold gets a positive; one holdout otherwise, or where no holdout would be drawn."""

@@ -360,7 +360,9 @@ class TrainConfig:
         scales: tuple[float | None, ...]
         if self.eta is None:
             if not mean_sq_norm or not np.isfinite(mean_sq_norm):
-                raise ValueError("the validation rows have no non-zero feature: cannot scale the step; set eta")
+                raise ValueError("every feature of the validation rows is 0 (after standardisation: every feature is "
+                                 "constant), so nothing ranks the rows and the step size (eta = c / E||x||^2) "
+                                 "cannot be chosen: check the feature columns, or set eta")
             scales = STEP_SCALES
         else:
             scales = (None,)
