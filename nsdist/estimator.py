@@ -378,8 +378,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             if on_training_rows:
                 validation = (X, y)
             elif validation is not None:     # the holdout's rows are a copy already (fancy indexing)
-                validation = (scaling.apply(validation[0] if owned or holdout is not None else validation[0].copy()),
-                              validation[1])
+                X_val = validation[0] if owned or holdout is not None else validation[0].copy()
+                validation = (scaling.apply(X_val), validation[1])
         cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
                           mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]

@@ -50,9 +50,9 @@ def fold_slots(client) -> int:
         cores = {}
     hosts: dict[str, tuple[int, int]] = {}
     for address, info in workers.items():
-        threads, host_cores = hosts.get(info.get("host", address), (0, 0))
-        hosts[info.get("host", address)] = (threads + int(info.get("nthreads", 1)),
-                                            max(host_cores, int(cores.get(address, 0))))
+        host = info.get("host", address)
+        threads, host_cores = hosts.get(host, (0, 0))
+        hosts[host] = (threads + int(info.get("nthreads", 1)), max(host_cores, int(cores.get(address, 0))))
     return max(1, sum(min(threads, host_cores or threads) for threads, host_cores in hosts.values()))
 
 
