@@ -13,12 +13,17 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterable, TypeVar
 
-__all__ = ["MAX_RESTARTS", "is_transient", "redo_lost", "cancel_quietly"]
+__all__ = ["MAX_RESTARTS", "WorkLost", "is_transient", "redo_lost", "cancel_quietly"]
 
 T = TypeVar("T")
 
 #: How many times work lost with a worker is redone before the error is raised
 MAX_RESTARTS = 3
+
+
+class WorkLost(RuntimeError):
+    """Work lost with a worker, found out from what came back (a fold fit the scheduler restarted elsewhere
+    answers for the wrong check)."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -30,7 +35,7 @@ def is_transient(exc: BaseException) -> bool:
     from distributed.comm.core import CommClosedError
     from distributed.scheduler import KilledWorker
 
-    return isinstance(exc, (KilledWorker, CancelledError, FutureCancelledError, CommClosedError,
+    return isinstance(exc, (WorkLost, KilledWorker, CancelledError, FutureCancelledError, CommClosedError,
                             AsyncTimeout, ConnectionError)) or "lost dependencies" in str(exc)
 
 

@@ -113,7 +113,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         training ``"time"``) and the returned model (``history["monitor_returned"]``).
     on_step : callable, optional
         Called with a :class:`~nsdist.engine.chain.ChainProgress` after each partition
-        step (K-fold selection: after each fold fit, ``unit="fold"``).
+        step (K-fold selection: after each check of the folds' lockstep, ``unit="check"``).
     init_model : LinearModel, optional
         Warm start (1PMB/2PMB): every candidate's first iterate is this model's
         weights (and intercept, where learned) instead of zero; the step
@@ -500,23 +500,28 @@ def _final_loss(stats: np.ndarray) -> float | None:
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None, monitor=None) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
-    selection (``validation_folds > 1``, its fold fits as Dask tasks, each reported to ``on_step`` as it arrives:
-    :class:`~nsdist.engine.chain.ChainProgress` with ``unit="fold"``), by the estimator on every row in file
+    selection (``validation_folds > 1``, its fold fits held on the workers in lockstep, each check reported to
+    ``on_step``: :class:`~nsdist.engine.chain.ChainProgress` with ``unit="check"``), by the estimator on every row in file
     order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on the workers, side by
     side, and gathered in order.  A baseline's ``monitor`` rows are its ``X_val``, which it only records the
     measure on (its intercept is cut on the training rows): its curve, one point per round or iteration."""
-    from .estimator import NonDecomposableClassifier, fit_fold   # scikit-learn: ~1 s to import, only these fits need it
+    from .estimator import NonDecomposableClassifier, advance_fold, fit_folds_in_lockstep, start_fold
     blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:
-        log.info("K-fold selection: %d rows read onto the driver, %d fold fits as Dask tasks (not checkpointed: "
-                 "a fit lost with its worker is rerun)", X.shape[0], cfg.validation_folds)
+        log.info("K-fold selection: %d rows read onto the driver, %d fold fits held on the workers and advanced "
+                 "in lockstep (not checkpointed: fits lost with a worker are restarted)", X.shape[0],
+                 cfg.validation_folds)
     t0 = time.perf_counter()
 
-    def on_fold(f: int, done: int, k: int) -> None:
+    def on_check(check: int, n_checks: int, best: float, alive: int) -> None:
+        log.info("K-fold selection: check %d: best mean %s %.4f over %d folds, %d candidate(s) alive", check,
+                 cfg.measure, best, cfg.validation_folds, alive)
         if on_step is not None:
-            on_step(ChainProgress(done, k, 0, f, 0, math.nan, time.perf_counter() - t0, unit="fold"))
+            p = ChainProgress(check, n_checks, 0, 0, 0, math.nan, time.perf_counter() - t0, unit="check")
+            p.best, p.alive = best, alive
+            on_step(p)
 
     watched = monitor if monitor is not None and not cfg.streaming else ()
     if monitor is not None:
@@ -524,7 +529,8 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
                  f"{'round' if cfg.solver == 'ftrl' else 'iteration'} (never trained on)" if watched else
                  f"each fold's winner so far on {monitor[1].shape[0]} monitor rows at each of its checks, and the "
                  "returned model (never trained or selected on)")
-    map_folds = fold_tasks(c, fit_fold, on_fold, monitor=monitor if cfg.validation_folds > 1 else None)
+    map_folds = fold_tasks(c, start_fold, advance_fold, fit_folds_in_lockstep, on_check,
+                           monitor=monitor if cfg.validation_folds > 1 else None)
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=map_folds)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}

@@ -7,8 +7,11 @@ engine) and the CLI read too.
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
+from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,11 +31,11 @@ from .solvers.kernel import SGDState, end_pass, run_epochs
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function, value_on
 from .solvers.plan import Holdout, block_rows, fold_ids, ends_pass, schedule, stream_order, training_rows
 from .solvers.psg import psg
-from .solvers.select import Selection, WinnerWatch
+from .solvers.select import Decision, Lockstep, Observation, Selection, WinnerWatch
 from .solvers.sgd import Reservoir, drive, rare_label, run_block
 
-__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks", "fit_fold",
-           "map_folds_here"]
+__all__ = ["NonDecomposableClassifier", "SOLVERS", "mean_sq_norm", "expected_failed_checks", "start_fold",
+           "advance_fold", "fit_folds_in_lockstep", "map_folds_here"]
 
 _ONLINE = ("1pmb", "2pmb", "ftrl")
 _DTYPES = [np.float64, np.float32]
@@ -128,9 +131,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         rows onto the driver for it).  The rows are split into ``K``
         stratified folds by seed and row position; the population trains
         ``K`` times, each time on the rows outside one fold and checked on
-        that fold; the candidate with the best mean validation value wins and
-        the model is the mean of its ``K`` fold models (a ranking model's
-        intercept and F1's threshold then placed on every row).  Every
+        that fold, the ``K`` fits in lockstep: at each check the halving and
+        the early stop are decided once for all folds, on the candidates'
+        mean over the folds; the candidate with the best mean validation
+        value wins and the model is the mean of its ``K`` fold models (a
+        ranking model's intercept and F1's threshold then placed on every
+        row).  Every
         positive then takes part in the choice, not ``validation_fraction``
         of them, for about ``K`` times the fit's cost.  ``"auto"``: 5 folds
         where the holdout would hold fewer than 100 positives (one positive
@@ -147,10 +153,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         give the same model bit for bit (an int, so the order is the same on
         every machine).
     n_jobs : int, optional
-        Processes for the ``K`` fold fits of K-fold selection (joblib's loky
-        backend, as scikit-learn's ``n_jobs``: -1 every core).  None or 1: one
-        after the other in this process.  The fits are independent, so the
-        model is the same bit for bit; other fits ignore it.
+        Threads for the ``K`` fold fits of K-fold selection, which advance in
+        lockstep from check to check (-1: every core, as scikit-learn's
+        ``n_jobs``).  None or 1: one after the other in this thread.  Each fit
+        is computed alone, so the model is the same bit for bit; other fits
+        ignore it.
     pos_label : label, optional
         The positive class -- the one the measures are about, usually the rare
         one (class names: ``pos_label="fraud"``); ``classes_`` is then ordered
@@ -302,11 +309,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             ``history_``.
         map_folds : callable, optional
             How the ``K`` fold fits of ``validation_folds = K > 1`` run: called
-            as ``map_folds(cfg, X, y, fold)``, it returns ``[fit_fold(cfg, X,
-            y, fold, f) for f in range(K)]`` (:func:`fit_fold`), in that order,
-            wherever it runs them.  Default: ``n_jobs`` processes
-            (:func:`map_folds_here` for one); :func:`nsdist.train` runs them as
-            Dask tasks.
+            as ``map_folds(cfg, X, y, fold)``, it starts each fold's fit
+            (:func:`start_fold`), drives them in lockstep
+            (:func:`fit_folds_in_lockstep`) and returns each fit's
+            ``fold_result()`` in fold order, wherever it holds them.  Default:
+            ``n_jobs`` threads (:func:`map_folds_here`); :func:`nsdist.train`
+            holds them on Dask workers.
         """
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
         self._set_classes(y, y)
@@ -352,111 +360,28 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         self._set_model(w, self._cut(cfg, w, b, X, y))
         return self
 
-    def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation,
-                    monitor: tuple | None = None, owned: bool = False) -> "NonDecomposableClassifier":
-        """1PMB / 2PMB: the stream plan over block 0, with the selection when it applies.
-
-        ``monitor``: raw-feature rows ``(X, y)`` on which each check of the selection also measures its
-        current winner (``validation_curve_`` points get ``"monitor"``; off the training clock).
-        ``owned``: ``X`` and the validation rows are this fit's own copies, scaled in place (a fold fit's:
-        one copy of its rows fewer)."""
-        ids = np.arange(X.shape[0])
-        holdout = None
-        if validation is None and cfg.selects and cfg.validation_fraction > 0:
-            holdout = Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
-            mask = holdout.mask(y, ids)
-            validation = (X[np.flatnonzero(mask)], y[mask])
-        n_val = 0 if validation is None else validation[0].shape[0]
-        on_training_rows = bool(n_val) and np.unique(validation[1]).shape[0] < 2
-        if on_training_rows:
-            # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
-            validation = (X, y)
-        # moments of every row (validation rows included), as the engine takes them
-        self._scaling = scaling = cfg.scaling_for(X)
-        if scaling is not None:
-            X = scaling.apply(X if owned else X.copy())
-            if on_training_rows:
-                validation = (X, y)
-            elif validation is not None:     # the holdout's rows are a copy already (fancy indexing)
-                X_val = validation[0] if owned or holdout is not None else validation[0].copy()
-                validation = (scaling.apply(X_val), validation[1])
-        cfg = cfg.resolve(n_features=X.shape[1], n_rows=X.shape[0] - (holdout.n_rows if holdout else 0),
-                          mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
-        self.config_, self.eta_ = cfg, [c.eta for c in cfg.candidates]
-        if len(cfg.candidates) == 1:
-            self.eta_ = cfg.candidates[0].eta
-        train = training_rows(y, ids, holdout=holdout)
-        reservoir, stream = None, None
-        if cfg.solver == "2pmb":
-            if np.unique(y[train]).shape[0] < 2:
-                raise ValueError("the training rows (after the validation holdout) hold one class; 2PMB needs both")
-            stream = -rare_label(y[train])
-            reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, sp.issparse(X)).offer(
-                X[train], y[train], train, cfg.random_state)
-        # one block: every pass visits block 0, shuffled or not (the rows are shuffled by stream_order);
-        # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
-        streamed = training_rows(y, ids, holdout=holdout, stream_label=stream)      # the same rows every pass
-        steps, checks = schedule([X.shape[0]], cfg.passes, random_state=cfg.random_state, shuffle=False,
-                                 check_rows=cfg.check_rows)
-        population = cfg.population
-        selecting = cfg.selects and n_val > 0
-        record_epochs = not selecting
-        recorder = Recorder(None if selecting or validation is None else self._validator(validation))
-        selection = Selection.start(X.shape[1], len(population)) if selecting else None
-        last_loss = [float("nan")]
-
-        in_file_order: list = []                 # the training rows gathered once, for full-batch-only passes
-
-        def run(state: SGDState, first: int, stop: int) -> SGDState:
-            for i in range(first, stop):
-                if not population.only_batch(state.alive):
-                    rows = stream_order(streamed, pass_index=steps[i].pass_index, block=0,
-                                        random_state=cfg.random_state, shuffle=cfg.shuffle)
-                    state = self._run_rows(state, X, y, rows, cfg, recorder if record_epochs else None,
-                                           reservoir, last_loss)
-                else:      # only full-batch candidates train: the block's training rows in file order (plan doc)
-                    if not in_file_order:
-                        in_file_order.append(take_rows(X, streamed) if not sp.issparse(X) else X[streamed])
-                    state, _ = run_epochs(state, in_file_order[0], y[streamed], population,
-                                          buffer_size=cfg.buffer_size, radius=cfg.radius)
-                if ends_pass(steps, i):          # every step: the training set is one block
-                    state = end_pass(state, population)
-            return state
-
-        watch = None
-        if monitor is not None:
-            P = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
-
-            def measured(w: np.ndarray, b: float) -> float | None:     # folded back as the returned model is
-                return value_on(P, *monitor, *((w, b) if scaling is None else scaling.fold(w, b)))
-            watch = WinnerWatch(measured)
-
-        def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
-            state, stop = selection.check(cfg, state, *validation)
-            recorder.history.append(HistoryRecord(recorder.elapsed(), state.rows_seen, state.epoch,
-                                                  last_loss[0], selection.best))
-            if watch is not None:
-                with recorder.untimed():
-                    selection.curve[-1]["monitor"] = watch(selection)
-            return state, stop
-
-        state, done = drive(steps, checks, run, SGDState.zeros(X.shape[1], len(population)),
-                            check=check if selecting else None)
-        if selecting:
+    def _fit_stream(self, cfg: TrainConfig, X, y: np.ndarray, validation) -> "NonDecomposableClassifier":
+        """1PMB / 2PMB: the stream plan over block 0 (:class:`_Stream`), with the selection when it applies."""
+        stream = _Stream(cfg, X, y, validation, validator=self._validator)
+        stream.drive()
+        cfg, selection, validation = stream.cfg, stream.selection, stream.validation
+        state = stream.state
+        if selection is not None:
             state.alive = selection.continued(cfg, state)
-        self._state, self._reservoir = state, reservoir
-        self._selection, self._validation = (selection, validation) if selecting else (None, None)
-        self.history_ = recorder.history
-        self.n_iter_ = done                      # passes: the training set is one block
-        if selecting:
+        self.config_, self.eta_, self._scaling = cfg, stream.eta, stream.scaling
+        self._state, self._reservoir = state, stream.reservoir
+        self._selection, self._validation = (selection, validation) if selection is not None else (None, None)
+        self.history_ = stream.recorder.history
+        self.n_iter_ = stream.pos                # passes: the training set is one block
+        if selection is not None:
             self.selection_, self.validation_curve_ = selection.report(cfg), selection.curve
             self.validation_positives_ = int(np.count_nonzero(validation[1] > 0))
             w, b = selection.model(cfg, *validation)
             if cfg.plug_in:         # the winner's F1-optimal threshold on every row (the engine: its sample)
-                b = _measure_cut(cfg, w, X, y)
+                b = _measure_cut(cfg, w, stream.X, y)
         else:
             w, b = state.model(0, cfg.average)
-            b = self._cut(cfg, w, b, X[train], y[train])
+            b = self._cut(cfg, w, b, stream.X[stream.train], y[stream.train])
         self._set_model(w, b)
         return self
 
@@ -520,10 +445,12 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
 
     @staticmethod
     def _run_rows(state: SGDState, X, y: np.ndarray, rows: np.ndarray, cfg: TrainConfig,
-                  recorder: Recorder | None, reservoir: Reservoir | None, last_loss: list) -> SGDState:
+                  recorder: Recorder | None, reservoir: Reservoir | None, last_loss: list,
+                  gather: Callable | None = None) -> SGDState:
         """:func:`~nsdist.solvers.sgd.run_block` over ``X[rows]``, keeping the mean loss of its taken epochs."""
         state, stats = run_block(state, X, y, rows, cfg.population, buffer_size=cfg.buffer_size, radius=cfg.radius,
-                                 recorder=recorder, model=lambda st: st.model(0, cfg.average), reservoir=reservoir)
+                                 recorder=recorder, model=lambda st: st.model(0, cfg.average), reservoir=reservoir,
+                                 gather=gather)
         done = stats[~stats["skipped"]]
         if done.size:
             last_loss[0] = float(done["loss"].mean())
@@ -704,6 +631,168 @@ def expected_failed_checks(estimator: NonDecomposableClassifier) -> dict[str, st
     return {}
 
 
+class _Stream:
+    """A 1PMB / 2PMB fit over rows in memory: the stream plan over block 0, with the selection when it applies.
+
+    Run to its end by :meth:`drive` (``fit``), or check by check by :meth:`advance` (a fold fit of K-fold
+    selection: the ``K`` folds held in lockstep, :func:`fit_folds_in_lockstep`).
+
+    ``validation``: validation rows ``(X, y)``, or None for a holdout carved from the rows by the plan.
+    ``rows``: train on ``X[rows]`` only (a fold's complement): those rows are gathered and scaled from the
+    unscaled ``X`` a pass at a time, never copied whole, so the ``K`` fold fits share ``X``; the validation
+    rows are then the fit's own copy, scaled in place.  ``monitor``: raw-feature rows ``(X, y)`` on which each
+    check also measures its current winner (curve points get ``"monitor"``; off the training clock).
+    ``validator``: the history's measure of ``(w, b)`` on validation rows, for a fit without selection.
+    """
+
+    def __init__(self, cfg: TrainConfig, X, y: np.ndarray, validation, *, rows: np.ndarray | None = None,
+                 monitor: tuple | None = None, validator: Callable | None = None) -> None:
+        if rows is not None:
+            y = y[rows]
+        ids = np.arange(y.shape[0])
+        self.rows, self.sparse = rows, sp.issparse(X)
+        # moments of every row (validation rows included), as the engine takes them
+        self.scaling = scaling = cfg.scaling_for(X, rows=rows)
+        if scaling is not None and rows is None:
+            X = scaling.apply(X.copy())
+        self.X = X
+        holdout = None
+        if validation is None and cfg.selects and cfg.validation_fraction > 0:
+            holdout = Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
+            mask = holdout.mask(y, ids)
+            validation = (self._fancy(np.flatnonzero(mask)), y[mask])
+        elif validation is not None and scaling is not None:
+            X_val = validation[0] if rows is not None else validation[0].copy()
+            validation = (scaling.apply(X_val), validation[1])
+        n_val = 0 if validation is None else validation[0].shape[0]
+        if n_val and np.unique(validation[1]).shape[0] < 2:
+            # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
+            validation = (self._fancy(ids), y)
+        self.cfg = cfg = cfg.resolve(n_features=X.shape[1], n_rows=ids.shape[0] - (holdout.n_rows if holdout else 0),
+                                     mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
+        self.eta = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]
+        self.y, self.validation = y, validation
+        self.train = training_rows(y, ids, holdout=holdout)
+        self.reservoir, stream = None, None
+        if cfg.solver == "2pmb":
+            if np.unique(y[self.train]).shape[0] < 2:
+                raise ValueError("the training rows (after the validation holdout) hold one class; 2PMB needs both")
+            stream = -rare_label(y[self.train])
+            self.reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, self.sparse).offer(
+                self._fancy(self.train), y[self.train], self.train, cfg.random_state)
+        # one block: every pass visits block 0, shuffled or not (the rows are shuffled by stream_order);
+        # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
+        self.streamed = training_rows(y, ids, holdout=holdout, stream_label=stream)   # the same rows every pass
+        self.steps, self.checks = schedule([ids.shape[0]], cfg.passes, random_state=cfg.random_state,
+                                           shuffle=False, check_rows=cfg.check_rows)
+        selecting = cfg.selects and n_val > 0
+        self.recorder = Recorder(None if selecting or validation is None or validator is None
+                                 else validator(validation))
+        self.selection = Selection.start(X.shape[1], len(cfg.population)) if selecting else None
+        self.state, self.pos = SGDState.zeros(X.shape[1], len(cfg.population)), 0
+        self._last_loss = [float("nan")]
+        self._in_file_order: list = []        # the training rows gathered once, for full-batch-only passes
+        self._seen: Observation | None = None     # the last check's
+        self._watch = None
+        if monitor is not None and selecting:
+            P = measure_function(cfg.measure, beta=cfg.beta, k=cfg.k)
+
+            def measured(w: np.ndarray, b: float) -> float | None:     # folded back as the returned model is
+                return value_on(P, *monitor, *((w, b) if scaling is None else scaling.fold(w, b)))
+            self._watch = WinnerWatch(measured)
+
+    def _fancy(self, idx: np.ndarray):
+        """``X[idx]`` of the training set's rows ``idx``, scaled: a fresh copy."""
+        if self.rows is None:
+            return self.X[idx]
+        block = self.X[self.rows[idx]]
+        return block if self.scaling is None else self.scaling.apply(block)
+
+    def _take(self, idx: np.ndarray):
+        """The training set's rows ``idx``, scaled, as the kernel takes them: a fresh copy (dense: Fortran order)."""
+        if self.rows is None:
+            return take_rows(self.X, idx) if not self.sparse else self.X[idx]
+        block = take_rows(self.X, self.rows[idx]) if not self.sparse else self.X[self.rows[idx]]
+        return block if self.scaling is None else self.scaling.apply(block)
+
+    def _run(self, state: SGDState, first: int, stop: int) -> SGDState:
+        """Steps ``first .. stop - 1`` of the plan."""
+        cfg, X, y, population = self.cfg, self.X, self.y, self.cfg.population
+        for i in range(first, stop):
+            if not population.only_batch(state.alive):
+                rows = stream_order(self.streamed, pass_index=self.steps[i].pass_index, block=0,
+                                    random_state=cfg.random_state, shuffle=cfg.shuffle)
+                state = NonDecomposableClassifier._run_rows(
+                    state, X, y, rows, cfg, None if self.selection is not None else self.recorder, self.reservoir,
+                    self._last_loss, gather=self._take)
+            else:      # only full-batch candidates train: the block's training rows in file order (plan doc)
+                if not self._in_file_order:
+                    self._in_file_order.append(self._take(self.streamed))
+                block = self._in_file_order[0]
+                state, _ = run_epochs(state, block, y[self.streamed], population,
+                                      buffer_size=cfg.buffer_size, radius=cfg.radius)
+            if ends_pass(self.steps, i):          # every step: the training set is one block
+                state = end_pass(state, population)
+        return state
+
+    def _checked(self, state: SGDState) -> None:
+        """After a check's scoring: its history record, and its winner on the monitor rows."""
+        self.recorder.history.append(HistoryRecord(self.recorder.elapsed(), state.rows_seen, state.epoch,
+                                                   self._last_loss[0], self.selection.best))
+        if self._watch is not None:
+            with self.recorder.untimed():
+                self.selection.curve[-1]["monitor"] = self._watch(self.selection)
+
+    def drive(self) -> None:
+        """Run the plan to its end, or until the selection stops it (``fit``)."""
+        def check(state: SGDState, position: int) -> tuple[SGDState, bool]:
+            state, stop = self.selection.check(self.cfg, state, *self.validation)
+            self._checked(state)
+            return state, stop
+
+        self.state, self.pos = drive(self.steps, self.checks, self._run, self.state, start=self.pos,
+                                     check=check if self.selection is not None else None)
+
+    def advance(self, decision: Decision | None, n_checks: int, alone: bool = False) -> Observation | None:
+        """Settle the last check with ``decision`` (None: none yet), then run to the next check and score it;
+        its :class:`~nsdist.solvers.select.Observation`, or None when the fit ends: the decision stops it,
+        ``n_checks`` checks are done, or its plan is spent.  ``alone``: the decision leaves no stochastic
+        candidate, so the full-batch ones (if any) train on to the end by this fit's own rule.  The clock
+        runs only inside."""
+        self.recorder.resume()
+        try:
+            if decision is not None:
+                if alone:            # its own full-batch rule: the joint one waits for the slowest fold
+                    decision = replace(decision, batch_on=self._seen.batch_on)
+                self.state, stop = self.selection.settle(self.cfg, self.state, decision)
+                if stop or alone:
+                    if not stop:
+                        self.drive()
+                        self._in_file_order.clear()      # the K folds' copies are not held side by side
+                    return None
+            following = next((c for c in self.checks if c >= self.pos), None)
+            if following is None or self.selection.checks >= n_checks:
+                return None
+            self.state, self.pos = self._run(self.state, self.pos, following + 1), following + 1
+            self.state, self._seen = self.selection.observe(self.cfg, self.state, *self.validation)
+            self._checked(self.state)
+            return self._seen
+        finally:
+            self.recorder.pause()
+
+    def __sizeof__(self) -> int:      # Dask's estimate of what moving a fold fit would cost: its rows
+        held = [self.validation[0]] if self.validation is not None else []
+        return sum(getattr(a, "nbytes", 0) or getattr(getattr(a, "data", None), "nbytes", 0) for a in held)
+
+    def fold_result(self) -> dict:
+        """A fold fit's result: its selection (every candidate's best snapshot on the fold's scaled features),
+        the scaling, its report, curve, history, passes, validation positives, resolved configuration and step
+        sizes (plain objects: a Dask worker can send them back)."""
+        return {"selection": self.selection, "scaling": self.scaling, "report": self.selection.report(self.cfg),
+                "curve": self.selection.curve, "history": self.recorder.history, "passes": self.pos,
+                "positives": int(np.count_nonzero(self.validation[1] > 0)), "config": self.cfg, "eta": self.eta}
+
+
 def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
     """The intercept at ``cfg.measure``'s cut of the scores ``X @ w`` on ``(X, y)``
     (:func:`~nsdist.solvers.measure.cut_intercept`; F1: its optimal threshold)."""
@@ -711,37 +800,75 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
     return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
 
-@on_one_blas_thread
-def fit_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int, monitor: tuple | None = None) -> dict:
-    """Fold ``f`` of K-fold selection: the population of ``cfg`` trained on the rows outside fold ``f`` and
-    checked on it -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` does.  Returns its
-    selection (every candidate's best snapshot on the fold's scaled features), the scaling, its report, curve,
-    history, passes, validation positives, resolved configuration and step sizes (plain objects: a Dask
-    worker can run it and send them back).  ``monitor``: rows ``(X, y)`` on which each check also measures
-    the fold's winner so far (its curve's ``"monitor"``: the learning curve of :func:`nsdist.train`)."""
-    est = NonDecomposableClassifier(**{**cfg.params(), "validation_folds": 1})
+def start_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int,
+               monitor: tuple | None = None) -> _Stream:
+    """Fold ``f`` of K-fold selection, ready to run: the population of ``cfg`` on the rows outside fold ``f``,
+    checked on fold ``f`` -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` trains, held
+    in lockstep with the other folds (:func:`fit_folds_in_lockstep`).  ``monitor``: rows ``(X, y)`` on which
+    each check also measures the fold's winner so far (its curve's ``"monitor"``: the learning curve of
+    :func:`nsdist.train`)."""
     inside = fold == f
-    est._fit_stream(cfg, X[~inside], y[~inside], (X[inside], y[inside]), monitor=monitor, owned=True)
-    return {"selection": est._selection, "scaling": est._scaling, "report": est.selection_,
-            "curve": est.validation_curve_, "history": est.history_, "passes": est.n_iter_,
-            "positives": est.validation_positives_, "config": est.config_, "eta": est.eta_}
+    return _Stream(cfg, X, y, (X[inside], y[inside]), rows=np.flatnonzero(~inside), monitor=monitor)
 
 
-def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-    """The ``K`` fold fits of K-fold selection one after the other, in this process."""
-    return [fit_fold(cfg, X, y, fold, f) for f in range(cfg.validation_folds)]
+@on_one_blas_thread
+def advance_fold(stream: _Stream, decision: Decision | None, n_checks: int, alone: bool = False
+                 ) -> Observation | None:
+    """:meth:`_Stream.advance` of one fold fit (a function: a Dask task runs it where the fit is held)."""
+    return stream.advance(decision, n_checks, alone)
+
+
+#: ``advance(decisions, n, alone)``: every fold fit's :meth:`_Stream.advance`, observations in fold order
+Advance = Callable[[list, int, bool], list]
+
+
+def fit_folds_in_lockstep(cfg: TrainConfig, advance: Advance, n_checks: list[int],
+                          on_check: Callable[[int, int, float, int], None] | None = None) -> None:
+    """Drive the ``K`` fold fits of K-fold selection check by check, with one joint decision at each
+    (:class:`~nsdist.solvers.select.Lockstep`; docs/solvers.md §Selection, "K-fold selection").
+
+    ``advance(decisions, n, alone)`` advances every fold (:meth:`_Stream.advance`) and returns their
+    observations in fold order, wherever the fits are held.  ``n_checks``: each fold's planned checks (the
+    folds' sizes may differ by a row, and so their plans); every fold stops after the fewest.  A joint
+    decision stops every fold at the same check; a fold left with nothing to score (every candidate
+    diverged) ends them all.  Once a decision leaves no stochastic candidate, each fold's full-batch
+    candidate (if alive) trains on by its own rule, in the last call (``alone``).  ``on_check(i, n, best,
+    alive)`` after each check's decision (progress): the check, the checks planned, the best mean validation
+    value so far and the candidates left.
+    """
+    joint, k, limit = Lockstep(cfg), len(n_checks), min(n_checks)
+    decisions: list[Decision | None] = [None] * k
+    alone = False
+    while True:
+        seen = advance(decisions, limit, alone)
+        if any(o is None for o in seen):
+            return
+        decision = joint.decide(seen)
+        decisions = [decision] * k
+        alone = decision.stalled or not (decision.alive & ~decision.halved & ~seen[0].batch).any()
+        if on_check is not None:
+            on_check(decision.check, limit, max(joint.best), int((decision.alive & ~decision.halved).sum()))
+
+
+def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, n_jobs: int = 1) -> list[dict]:
+    """The ``K`` fold fits of K-fold selection in lockstep in this process (``n_jobs`` threads: -1, every
+    core), each holding its scaled copy of the rows outside its fold."""
+    from concurrent.futures import ThreadPoolExecutor
+    streams = [start_fold(cfg, X, y, fold, f) for f in range(cfg.validation_folds)]
+    workers = max(1, min(len(streams), (os.cpu_count() or 1) if n_jobs == -1 else n_jobs))
+    with ThreadPoolExecutor(workers) as pool:
+        def advance(decisions: list, n: int, alone: bool) -> list:
+            if workers == 1:
+                return [s.advance(d, n, alone) for s, d in zip(streams, decisions)]
+            return list(pool.map(lambda sd: sd[0].advance(sd[1], n, alone), zip(streams, decisions)))
+        fit_folds_in_lockstep(cfg, advance, [len(s.checks) for s in streams])
+    return [s.fold_result() for s in streams]
 
 
 def map_folds_on(n_jobs: int | None):
-    """A ``map_folds`` running the fold fits on ``n_jobs`` processes (joblib's loky backend; -1: every core),
-    results in fold order; :func:`map_folds_here` for None or 1."""
+    """A ``map_folds`` running the fold fits in lockstep on ``n_jobs`` threads of this process (-1: every
+    core; None or 1: one)."""
     if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0):
         raise ValueError(f"n_jobs must be None or a nonzero int (-1: every core), got {n_jobs!r}")
-    if n_jobs is None or n_jobs == 1:
-        return map_folds_here
-
-    def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-        from joblib import Parallel, delayed
-        return Parallel(n_jobs=int(n_jobs))(delayed(fit_fold)(cfg, X, y, fold, f)
-                                            for f in range(cfg.validation_folds))
-    return map_folds
+    jobs = 1 if n_jobs is None else int(n_jobs)
+    return lambda cfg, X, y, fold: map_folds_here(cfg, X, y, fold, jobs)

@@ -28,7 +28,8 @@ class TrainingBar:
     It shows the pass, the partition, rows per second and, while a population
     is selected, the best validation value so far and the candidates alive, else
     the surrogate loss (the mean over the partition's epochs); for K-fold
-    selection (``unit="fold"``) the fold fits done of ``K``.  Use it as the
+    selection (``unit="check"``) the folds' checks, the best mean validation
+    value and the candidates alive.  Use it as the
     ``on_step`` callback of :func:`nsdist.train`, inside a ``with`` block.
 
     Parameters
@@ -53,10 +54,10 @@ class TrainingBar:
             # the first report of a resumed chain carries the rows of the earlier run
             self._origin = (0, 0.0) if p.step == 1 else (p.rows_seen, p.elapsed)
             self._bar = tqdm(total=p.n_steps, initial=p.step - 1, unit=p.unit,
-                             desc="K-fold selection" if p.unit == "fold" else "training",
+                             desc="K-fold selection" if p.unit == "check" else "training",
                              file=self.file, disable=not self.enabled, dynamic_ncols=True)
-        if p.unit == "fold":           # a fold fit arrived: no partition, pass or loss to show
-            self._bar.set_postfix_str(f"fold {p.partition + 1} fitted", refresh=False)
+        if p.unit == "check":          # the folds checked together: no partition, pass or loss to show
+            self._bar.set_postfix_str(progress_text(p), refresh=False)
         else:
             rows, seconds = p.rows_seen - self._origin[0], p.elapsed - self._origin[1]
             rate = f"{rows / seconds:,.0f}" if seconds > 0 else "-"

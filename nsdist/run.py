@@ -298,7 +298,7 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     def on_step(p: ChainProgress) -> None:
         nonlocal previous, saved
         bar(p)
-        if p.unit == "partition":           # (a K-fold fit is logged where it arrives)
+        if p.unit == "partition":           # (K-fold selection's checks are logged by nsdist.train)
             if previous is not None and previous.pass_index != p.pass_index:
                 pass_done(previous)
             if p.step == p.n_steps:

@@ -302,12 +302,14 @@ def test_progress_bar_shows_pass_partition_rate_and_loss_only_on_a_terminal():
     assert "best on validation 0.625, 10 alive" in selecting.getvalue() and "loss" not in selecting.getvalue()
     reports[0].best = None                # (the bar draws its last report)
     assert progress_text(reports[0]) == "30 candidates, first check to come"
-    folds = io.StringIO()            # K-fold selection: a tick per fold fit, in the order they arrive
+    folds = io.StringIO()            # K-fold selection: a tick per check of the folds in lockstep
     with TrainingBar("?", file=folds, enabled=True) as bar:
-        for done, f in enumerate((2, 0, 1), start=1):
-            bar(ChainProgress(done, 3, 0, f, 0, float("nan"), 0.1 * done, unit="fold"))
-    assert "K-fold selection" in folds.getvalue() and "3/3" in folds.getvalue()
-    assert "fold 2 fitted" in folds.getvalue() and "pass" not in folds.getvalue()
+        for check, best, alive in ((1, 0.5, 10), (2, 0.75, 4), (3, 0.8125, 2)):
+            p = ChainProgress(check, 40, 0, 0, 0, float("nan"), 0.1 * check, unit="check")
+            p.best, p.alive = best, alive
+            bar(p)
+    assert "K-fold selection" in folds.getvalue() and "3/40" in folds.getvalue()
+    assert "best on validation 0.8125, 2 alive" in folds.getvalue() and "pass" not in folds.getvalue()
 
 
 def test_every_subcommand_help_explains_every_option_with_an_example():
@@ -417,8 +419,10 @@ def test_train_with_k_fold_selection_reports_the_folds_selection(run, env):
     # the learning curve: each fold's best validation measure against its steps (no partition streams)
     log = (out / "run.log").read_text()
     assert "K-fold selection streams no partitions" in log
-    assert sorted(line.split("K-fold selection: fold ")[1][:6] for line in log.splitlines()
-                  if "K-fold selection: fold " in line) == ["1 of 3", "2 of 3", "3 of 3"]
+    checks = [int(line.split("K-fold selection: check ")[1].split(":")[0]) for line in log.splitlines()
+              if "K-fold selection: check " in line]     # the folds checked in lockstep, each check logged once
+    assert checks == list(range(1, len(checks) + 1))
+    assert f"3 fold fits done in lockstep over {len(checks)} checks" in log
     assert "pass 1 done" not in log
     assert "checkpoints:" not in log                       # nothing streams, so nothing is checkpointed
     assert json.loads((out / "metrics.json").read_text())["training"]["folds"] == 3

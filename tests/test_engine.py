@@ -142,11 +142,22 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
     with get_task_stream(cluster) as stream:
         model = train(url, client=cluster, on_step=reports.append, **params)
     est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
-    # each fold fit reported as it arrives: fits done of K, the fold, no partition state
-    assert [(p.unit, p.step, p.n_steps) for p in reports] == [("fold", 1, 3), ("fold", 2, 3), ("fold", 3, 3)]
-    assert sorted(p.partition for p in reports) == [0, 1, 2] and all(p.state is None for p in reports)
-    folds = [t for t in stream.data if str(t["key"]).startswith("nsdist-fold-")]
-    assert sorted(str(t["key"])[-2:] for t in folds) == ["-0", "-1", "-2"]      # one task per fold, on the workers
+    # each check of the folds' lockstep reported: the check of those planned, the best mean value, no state
+    assert [p.step for p in reports] == list(range(1, len(reports) + 1)) and len(reports) >= 3
+    assert {(p.unit, p.n_steps) for p in reports} == {("check", reports[0].n_steps)}
+    assert reports[0].n_steps >= reports[-1].step
+    assert all(p.state is None and p.best is not None and p.alive >= 1 for p in reports)
+    assert [p.best for p in reports] == sorted(p.best for p in reports)
+    # one task per fold to start its fit, then one per fold at each check, on the worker holding that fold's fit
+    keys = [str(t["key"]) for t in stream.data if str(t["key"]).startswith("nsdist-fold-")]
+    assert sorted(key[-7:] for key in keys if "-start-" in key) == ["start-0", "start-1", "start-2"]
+    for check in range(1, len(reports) + 1):
+        assert sorted(key[-2:] for key in keys if f"-check{check}-" in key) == ["-0", "-1", "-2"]
+    where = {}
+    for t in stream.data:
+        if str(t["key"]).startswith("nsdist-fold-") and "-rows-" not in str(t["key"]):
+            where.setdefault(str(t["key"])[-1], set()).add(t["worker"])
+    assert all(len(workers) == 1 for workers in where.values()), where
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(est.intercept_[0])
     assert model.history["folds"] == 3 and model.history["validation_positives"] == int((y > 0).sum())
@@ -164,9 +175,10 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
 
 def test_k_fold_fits_run_no_more_at_once_than_the_host_has_cores(tmp_path, letter):
     """Workers whose threads outnumber the cores (two workers of ``cores`` threads each on this host): the
-    fold fits still run at most ``cores`` at a time (``fold_slots``), each next fit submitted when one ends,
-    and the model is the estimator's to the bit.  Without the limit, two fits shared a core, each took twice
-    as long on its fold's clock (the learning curve) and held its copies of the rows meanwhile."""
+    fold fits' tasks (start, each check's advance, result) still run at most ``cores`` at a time
+    (``fold_slots``), each next one submitted when one ends, and the model is the estimator's to the bit.
+    Without the limit, two fits shared a core and each took twice as long on its fold's clock (the learning
+    curve)."""
     from dask.system import cpu_count
 
     from nsdist.engine.folds import fold_slots
@@ -181,7 +193,8 @@ def test_k_fold_fits_run_no_more_at_once_than_the_host_has_cores(tmp_path, lette
             model = train(url, client=client, **params)
     spans = [(ss["start"], ss["stop"]) for t in stream.data if str(t["key"]).startswith("nsdist-fold-")
              for ss in t["startstops"] if ss["action"] == "compute"]
-    assert len(spans) == params["validation_folds"]
+    starts = [t for t in stream.data if "-start-" in str(t["key"])]
+    assert len(starts) == params["validation_folds"] and len(spans) > 3 * len(starts)
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])    # an end before a start at a tie
     running = np.cumsum([e for _, e in events])
     assert running.max() <= cores
@@ -364,7 +377,7 @@ def test_k_fold_selection_draws_each_folds_winner_on_the_monitor_rows(cluster, t
     monitor, bit for bit; the learning curve PNG plots them against the folds' training time."""
     from PIL import Image
 
-    from nsdist.estimator import fit_fold
+    from nsdist.estimator import map_folds_here
     from nsdist.report import folds_curve_png
     from nsdist.solvers.config import TrainConfig
     from nsdist.solvers.plan import fold_ids
@@ -390,8 +403,7 @@ def test_k_fold_selection_draws_each_folds_winner_on_the_monitor_rows(cluster, t
     parts = [open_dataset(url).read_partition(i, dtype="float64") for i in range(4)]
     Xa, ya = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     folds = fold_ids(ya, np.arange(ya.shape[0]), cfg.random_state, 3)
-    for f in range(3):
-        r = fit_fold(cfg, Xa, ya, folds, f)
+    for f, r in enumerate(map_folds_here(cfg, Xa, ya, folds)):
         m = int(np.argmax(r["selection"].value))
         w, b = r["selection"].W[:, m], float(r["selection"].b[m])
         if r["scaling"] is not None:

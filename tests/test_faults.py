@@ -204,6 +204,41 @@ def test_k_fold_fit_lost_with_its_worker_mid_fit_gives_the_identical_model(dask_
         assert survived.intercept == reference.intercept
 
 
+def test_k_fold_fit_lost_mid_lockstep_is_found_out_of_step_and_all_are_restarted(dask_processes, letter_20,
+                                                                                  caplog, reliability):
+    """A worker holding a fold's fit (and no scattered rows that no other worker holds) is SIGKILLed after the
+    folds' third check: the scheduler recomputes that fit from its start on a survivor, so its next answer is for the wrong check;
+    the driver finds it out of step, restarts every fold's fit and the model is the undisturbed run's, bit
+    for bit."""
+    params = dict(measure="pauc", random_state=4)
+    with dask_processes(3) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        kills: list[int] = []
+
+        def kill_a_fit_holder(p) -> None:
+            if p.step == 3 and not kills:
+                held = client.has_what()
+                copies = {}          # how many workers hold each of the scattered arrays
+                for keys in held.values():
+                    for key in keys:
+                        copies[key] = copies.get(key, 0) + 1
+                victims = [a for a, keys in sorted(held.items()) if any("-start-" in str(k) for k in keys)
+                           and all(copies[k] > 1 for k in keys if "-rows-" in str(k))]
+                assert victims, held
+                kills.append(sigkill_worker(cluster, client, victims[0]))
+
+        with caplog.at_level(logging.WARNING, logger="nsdist.engine"):
+            survived = train(letter_20, client=client, on_step=kill_a_fit_holder, **params)
+        restarted = [r.getMessage() for r in caplog.records if "restarting all 5" in r.getMessage()]
+        reliability("fault", "SIGKILL a worker holding a K-fold fit mid-lockstep", injected=len(kills),
+                    restarted=len(restarted))
+        assert kills == [-signal.SIGKILL] and len(restarted) == 1, restarted
+        assert "WorkLost" in restarted[0], restarted
+        np.testing.assert_array_equal(survived.coef, reference.coef)
+        assert survived.intercept == reference.intercept
+        assert survived.history["selection"] == reference.history["selection"]
+
+
 # ------------------------------------------------------------------------- ingest
 @pytest.mark.parametrize("phase", [0, 1, 2], ids=["scan", "chunks", "partitions"])
 def test_ingest_with_a_worker_sigkilled_mid_phase_writes_the_identical_dataset(dask_processes, repo_data, tmp_path,

@@ -181,8 +181,9 @@ class ChainProgress:
     (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read, and is
     fetched (or, at a segment's end, copied) then: read it during the callback.
     ``unit`` is ``"partition"``; K-fold selection, which streams no partition,
-    reports each fold fit as it arrives with ``unit="fold"`` (``step``: fits
-    done, ``n_steps``: ``K``, ``partition``: the fold, no state).
+    reports each check of its folds' lockstep with ``unit="check"`` (``step``: the
+    check, ``n_steps``: the checks planned -- early stopping ends sooner --,
+    ``best``: the best mean validation value, ``alive``; no partition or state).
     """
 
     __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "best",

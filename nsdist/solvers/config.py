@@ -419,9 +419,10 @@ class TrainConfig:
                           tuple(c.learn_b for c in self.candidates), tuple(c.constant for c in self.candidates),
                           tuple(c.batch for c in self.candidates))
 
-    def scaling_for(self, X) -> Scaling | None:
-        """The feature scaling of a run trained on the rows ``X`` (None: ``standardize=False``)."""
-        return self.scaling_of(moments_of(X), sparse=sp.issparse(X))
+    def scaling_for(self, X, rows: np.ndarray | None = None) -> Scaling | None:
+        """The feature scaling of a run trained on the rows ``X`` (``rows``: on ``X[rows]``; None:
+        ``standardize=False``)."""
+        return self.scaling_of(moments_of(X, rows=rows), sparse=sp.issparse(X))
 
     def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
         """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).

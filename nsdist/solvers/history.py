@@ -87,6 +87,7 @@ class Recorder:
         self._offset = self.history[-1].time if self.history else 0.0
         self._start = time.perf_counter()
         self._untimed = 0.0
+        self._paused_at: float | None = None
 
     def elapsed(self) -> float:
         """Training seconds so far."""
@@ -100,6 +101,16 @@ class Recorder:
             yield
         finally:
             self._untimed += time.perf_counter() - t0
+
+    def pause(self) -> None:
+        """Stop the clock until :meth:`resume` (a fold fit waiting for the other folds at a check)."""
+        self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        """Restart the clock stopped by :meth:`pause` (no-op if it runs)."""
+        if self._paused_at is not None:
+            self._untimed += time.perf_counter() - self._paused_at
+            self._paused_at = None
 
     def record(self, step: int, rows_seen: int, loss: float,
                model: Callable[[], tuple[np.ndarray, float]] | None = None, *,

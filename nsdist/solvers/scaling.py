@@ -145,25 +145,29 @@ def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
     return n, mean, ((X - mean) ** 2).sum(axis=0)
 
 
-def moments_of(X, chunk: int = 4096) -> tuple[int, np.ndarray, np.ndarray]:
+def moments_of(X, chunk: int = 4096, rows: np.ndarray | None = None) -> tuple[int, np.ndarray, np.ndarray]:
     """``row_moments(X.astype(np.float64))``, to the bit, without a float64 copy of ``X``.
 
     ``X`` may be a list of blocks: the moments of their concatenation (not made).
+    ``rows``: the moments of ``X[rows]`` (one block; not made either).
     C-ordered dense blocks of ``d >= 2`` columns go through :func:`chunked_moments`
     (a fresh worker pays for every page it touches: on 250k x 100 float32 rows the
     copies cost 1.2 s there, this 0.05 s); sparse, 1-column or non-C-ordered input
     goes to ``row_moments`` itself.
     """
     blocks = list(X) if isinstance(X, (list, tuple)) else [X]
-    n = sum(b.shape[0] for b in blocks)
+    if rows is not None and len(blocks) != 1:
+        raise ValueError("rows select from one block")
+    n = sum(b.shape[0] for b in blocks) if rows is None else rows.shape[0]
     if any(hasattr(b, "tocsr") or b.ndim != 2 or b.shape[1] < 2 or not b.flags.c_contiguous for b in blocks) \
             or n == 0:
-        return row_moments(stack_rows(blocks, order="C").astype(np.float64))
+        whole = stack_rows(blocks, order="C") if rows is None else blocks[0][rows]
+        return row_moments(whole.astype(np.float64))
 
     def rows_of(B: np.ndarray):
-        def fill(a: int, rows: np.ndarray) -> None:
-            rows[:] = B[a:a + rows.shape[0]]
-        return B.shape[0], fill
+        def fill(a: int, out: np.ndarray) -> None:
+            out[:] = B[a:a + out.shape[0]] if rows is None else B[rows[a:a + out.shape[0]]]
+        return (B.shape[0] if rows is None else n), fill
 
     return chunked_moments([rows_of(B) for B in blocks], n, blocks[0].shape[1], chunk)
 

@@ -41,12 +41,108 @@ from .config import MIN_DELTA, TrainConfig
 from .kernel import SGDState
 from .measure import cut_intercept, f1_threshold, get_measure, measure_function
 
-__all__ = ["Selection", "WinnerWatch", "REDUCTION"]
+__all__ = ["Selection", "WinnerWatch", "Lockstep", "Observation", "Decision", "OutOfStep", "halving", "REDUCTION"]
 
 #: successive halving keeps the best ``ceil(n / REDUCTION)`` of ``n`` live candidates at a check
 #: (Hyperband's default reduction factor, Li et al. 2018: the population is down to one after
 #: ``log_3 n`` checks -- 4 for 30 candidates, not 5 as with halves)
 REDUCTION = 3
+
+
+class OutOfStep(RuntimeError):
+    """A decision for another check than the selection's (a fold fit restarted, or out of lockstep)."""
+
+
+def halving(live: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The candidates successive halving drops: all of ``live`` but the best ``ceil(n / REDUCTION)`` by
+    ``values`` (ties: the lower index stays)."""
+    if live.size < 2:
+        return live[:0]
+    order = np.lexsort((live, -values))                   # best first; ties: lower index first
+    return live[order[-(-live.size // REDUCTION):]]
+
+
+def _batch_mask(cfg: TrainConfig) -> np.ndarray:
+    return np.array([c.batch for c in cfg.candidates], dtype=bool)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one check of a selection saw (plain data: a fold fit sends it to the driver).
+
+    Attributes
+    ----------
+    check : int
+        The check's number.
+    now : ndarray (M,)
+        Each live candidate's validation value at this check (``-inf``: not live or diverged).
+    value : ndarray (M,)
+        Each candidate's best value so far (its snapshot's).
+    alive : ndarray (M,)
+        The candidates live after dropping the diverged.
+    batch : ndarray (M,)
+        The full-batch candidates (never halved).
+    resolution : float
+        The least gain that counts: one validation positive's worth, ``1 / v+``.
+    batch_on : bool
+        Full-batch candidates live and still gaining (their own stopping rule).
+    """
+
+    check: int
+    now: np.ndarray
+    value: np.ndarray
+    alive: np.ndarray
+    batch: np.ndarray
+    resolution: float
+    batch_on: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a check decides (:meth:`Selection.settle`): the candidates still live (``alive``; a candidate not in
+    it diverged on another fold), those successive halving drops (``halved``), whether the stochastic ones stop
+    (``stalled``) and whether the full-batch ones train on (``batch_on``); ``joint``: the folds' decision."""
+
+    check: int
+    alive: np.ndarray
+    halved: np.ndarray
+    stalled: bool
+    batch_on: bool
+    joint: bool = False
+
+
+class Lockstep:
+    """The joint decisions of K-fold selection's ``K`` fold fits, checked in lockstep (docs/solvers.md
+    §Selection, "K-fold selection").
+
+    At each check the ``K`` fits' :class:`Observation` become one :class:`Decision` for all: a candidate
+    diverged on one fold is dropped on all; successive halving ranks the live ones by their mean value over
+    the folds; the stochastic candidates stop when the best mean snapshot value over the folds -- the value
+    the final choice ranks by -- has gained less than the coarsest fold's resolution over the last
+    ``n_iter_no_change`` checks; the full-batch ones train on while any fold's do.  Every fold then keeps the
+    same candidates and stops at the same check, so each candidate's mean is over ``K`` models of the same
+    training budget.
+    """
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg                       # its stopping rule's settings (the folds resolve the candidates)
+        self.best: list[float] = []          # the best mean snapshot value of the stochastic candidates, per check
+
+    def decide(self, seen: list[Observation]) -> Decision:
+        cfg, batch, check = self.cfg, seen[0].batch, seen[0].check
+        if any(o.check != check for o in seen):
+            raise OutOfStep(f"fold fits out of step: checks {[o.check for o in seen]}")
+        alive = np.logical_and.reduce([o.alive for o in seen])
+        now = np.mean([np.where(alive, o.now, -np.inf) for o in seen], axis=0)
+        live = np.flatnonzero(alive & ~batch & np.isfinite(now))
+        halved = np.zeros_like(alive)
+        halved[halving(live, now[live])] = True
+        value = np.mean([o.value for o in seen], axis=0)
+        self.best.append(float(value[~batch].max()) if (~batch).any() else -np.inf)
+        n = cfg.n_iter_no_change
+        stalled = (cfg.early_stopping and len(self.best) > n
+                   and self.best[-1] - self.best[-1 - n] < max(o.resolution for o in seen))
+        return Decision(check, alive, halved, stalled, any(o.batch_on for o in seen), joint=True)
 
 
 @dataclass
@@ -117,6 +213,21 @@ class Selection:
     # ----------------------------------------------------------------- checks
     def check(self, cfg: TrainConfig, state: SGDState, X_val, y_val: np.ndarray) -> tuple[SGDState, bool]:
         """Score the live candidates, update the snapshots, halve; return the state and whether to stop."""
+        state, seen = self.observe(cfg, state, X_val, y_val)
+        if seen is None:
+            return state, True
+        batch = _batch_mask(cfg)
+        live = np.flatnonzero(seen.alive & ~batch & np.isfinite(seen.now))
+        halved = np.zeros_like(seen.alive)
+        halved[halving(live, seen.now[live])] = True
+        stalled = cfg.early_stopping and self._stalled("best_stochastic", "check", cfg.n_iter_no_change,
+                                                        seen.resolution)
+        return self.settle(cfg, state, Decision(seen.check, seen.alive, halved, stalled, seen.batch_on))
+
+    def observe(self, cfg: TrainConfig, state: SGDState, X_val, y_val: np.ndarray
+                ) -> tuple[SGDState, "Observation | None"]:
+        """A check's first half: score the live candidates, drop the diverged, update the snapshots and record
+        the check's point; what a decision on halving and stopping needs (None: nothing left to score, stop)."""
         self.checks += 1
         state = replace(state, alive=state.alive.copy())    # a check changes only which candidates live
         cols = np.flatnonzero(state.alive)
@@ -126,39 +237,47 @@ class Selection:
             self._drop(state, c, "diverged (non-finite weights)")
         if not finite.all():
             cols, W, b = cols[finite], take_columns(W, np.flatnonzero(finite)), b[finite]
-        batch = np.array([c.batch for c in cfg.candidates], dtype=bool)
+        batch = _batch_mask(cfg)
         if cols.size == 0:
             if not np.isfinite(self.value).any():
                 raise FloatingPointError("every candidate diverged (non-finite weights); set a smaller eta")
             self._record(state, batch)
-            return state, True
+            return state, None
         values, b_eff = self.score(cfg, W, b, X_val, y_val)
-        for c, v in zip(cols[~np.isfinite(values)], values[~np.isfinite(values)]):
+        for c in cols[~np.isfinite(values)]:
             self._drop(state, c, "diverged (non-finite scores)")
         up = np.flatnonzero(values > self.value[cols])      # the candidates whose snapshot improved
         self.value[cols[up]], self.b[cols[up]], self.at_epoch[cols[up]] = values[up], b_eff[up], state.epoch
         put_columns(self.W, cols[up], take_columns(W, up))  # by row chunks: 0.6-1.4 s column by column at 2^20 x 31
         self.best = max(self.best, float(values.max()) if values.size else -np.inf)
-        halved = np.isfinite(values) & ~batch[cols]
-        live, live_values = cols[halved], values[halved]
-        if live.size > 1:                                # successive halving: keep the best third
-            order = np.lexsort((live, -live_values))      # best first; ties: lower index first
-            keep = -(-live.size // REDUCTION)
-            for c in live[order[keep:]]:
-                self._drop(state, c, f"dropped by successive halving at check {self.checks}")
         self._record(state, batch)
-        if not cfg.early_stopping:
-            return state, False
+        now = np.full(len(cfg.candidates), -np.inf)
+        now[cols] = values
         resolution = max(MIN_DELTA, 1.0 / max(1, int(np.count_nonzero(y_val > 0))))
-        stochastic = np.flatnonzero(state.alive & ~batch)
-        if stochastic.size and self._stalled("best_stochastic", "check", cfg.n_iter_no_change, resolution):
-            for c in stochastic:
-                self._drop(state, c, f"stopped early at check {self.checks}")
-        batch_alive = bool((state.alive & batch).any())
-        batch_on = batch_alive and not (
+        batch_on = bool((state.alive & batch).any()) and not (
             self._stalled("best_batch", "passes_batch", cfg.n_iter_no_change, resolution)
             and self._stalled("objective_batch", "passes_batch", cfg.n_iter_no_change, cfg.tol, relative=True))
-        return state, not (state.alive & ~batch).any() and not batch_on
+        return state, Observation(self.checks, now, self.value.copy(), state.alive.copy(), batch, resolution,
+                                  batch_on)
+
+    def settle(self, cfg: TrainConfig, state: SGDState, decision: "Decision") -> tuple[SGDState, bool]:
+        """A check's second half: apply ``decision`` (this selection's own, or the folds' joint one of
+        :class:`Lockstep`); return the state and whether to stop."""
+        if decision.check != self.checks:
+            raise OutOfStep(f"a decision for check {decision.check} reached a selection at check {self.checks}")
+        batch = _batch_mask(cfg)
+        joint = " (the folds' mean)" if decision.joint else ""
+        for c in np.flatnonzero(state.alive & ~decision.alive):
+            self._drop(state, c, "diverged on another fold")
+        for c in np.flatnonzero(state.alive & decision.halved):
+            self._drop(state, c, f"dropped by successive halving at check {self.checks}{joint}")
+        self.curve[-1]["alive"] = int(state.alive.sum())
+        if not cfg.early_stopping:
+            return state, False
+        if decision.stalled:
+            for c in np.flatnonzero(state.alive & ~batch):
+                self._drop(state, c, f"stopped early at check {self.checks}{joint}")
+        return state, not (state.alive & ~batch).any() and not decision.batch_on
 
     def continued(self, cfg: TrainConfig, state: SGDState) -> np.ndarray:
         """The candidates a ``partial_fit`` after the fit trains on: the stochastic ones alive at the end or

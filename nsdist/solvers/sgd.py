@@ -26,7 +26,7 @@ A buffer lacking a class is skipped by the kernel and counted in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -151,8 +151,12 @@ def rare_label(y: np.ndarray) -> int:
 def run_block(state: SGDState, X, y: np.ndarray, rows: np.ndarray, population: Population, *,
               buffer_size: int, radius: float | None, recorder: Recorder | None = None,
               model: Callable[[SGDState], tuple[np.ndarray, float]] | None = None,
-              reservoir: Reservoir | None = None) -> tuple[SGDState, np.ndarray]:
+              reservoir: Reservoir | None = None,
+              gather: Callable[[np.ndarray], Any] | None = None) -> tuple[SGDState, np.ndarray]:
     """Stream the rows ``X[rows]`` (in that order) as one block: one kernel call, as the engine makes for a partition.
+
+    ``gather(idx)``: a fresh copy of the rows ``idx`` as the kernel takes them (default ``X[idx]``, dense rows
+    in Fortran order); a fold fit gathers and scales its rows of the unscaled ``X`` (docs/solvers.md §Selection).
 
     With a ``recorder``, every taken epoch is recorded from the kernel's
     statistics (its loss, stream rows and seconds).  A recorder that validates
@@ -173,7 +177,10 @@ def run_block(state: SGDState, X, y: np.ndarray, rows: np.ndarray, population: P
     all_stats = []
     for idx in parts:
         rows_before, t_before = state.rows_seen, None if recorder is None else recorder.elapsed()
-        block = take_rows(X, idx) if dense else X[idx]       # dense: in the kernel's (Fortran) order, one copy
+        if gather is not None:
+            block = gather(idx)
+        else:
+            block = take_rows(X, idx) if dense else X[idx]   # dense: in the kernel's (Fortran) order, one copy
         state, stats = run_epochs(state, block, y[idx], population, buffer_size=buffer_size, radius=radius,
                                   reservoir=buffer_r)
         all_stats.append(stats)
