@@ -153,11 +153,11 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         give the same model bit for bit (an int, so the order is the same on
         every machine).
     n_jobs : int, optional
-        Threads for the ``K`` fold fits of K-fold selection, which advance in
-        lockstep from check to check (-1: every core, as scikit-learn's
-        ``n_jobs``).  None or 1: one after the other in this thread.  Each fit
-        is computed alone, so the model is the same bit for bit; other fits
-        ignore it.
+        Processes holding the ``K`` fold fits of K-fold selection, which
+        advance in lockstep from check to check (-1: every core, as
+        scikit-learn's ``n_jobs``; each process gets a copy of the rows).
+        None or 1: one after the other in this thread.  Each fit is computed
+        alone, so the model is the same bit for bit; other fits ignore it.
     pos_label : label, optional
         The positive class -- the one the measures are about, usually the rare
         one (class names: ``pos_label="fraud"``); ``classes_`` is then ordered
@@ -313,8 +313,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             (:func:`start_fold`), drives them in lockstep
             (:func:`fit_folds_in_lockstep`) and returns each fit's
             ``fold_result()`` in fold order, wherever it holds them.  Default:
-            ``n_jobs`` threads (:func:`map_folds_here`); :func:`nsdist.train`
-            holds them on Dask workers.
+            ``n_jobs`` processes (:func:`map_folds_here` for one);
+            :func:`nsdist.train` holds them on Dask workers.
         """
         X, y = validate_data(self, X, y, dtype=_DTYPES, accept_sparse="csr")
         self._set_classes(y, y)
@@ -800,6 +800,7 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
     return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
 
+@on_one_blas_thread
 def start_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int,
                monitor: tuple | None = None) -> _Stream:
     """Fold ``f`` of K-fold selection, ready to run: the population of ``cfg`` on the rows outside fold ``f``,
@@ -850,25 +851,23 @@ def fit_folds_in_lockstep(cfg: TrainConfig, advance: Advance, n_checks: list[int
             on_check(decision.check, limit, max(joint.best), int((decision.alive & ~decision.halved).sum()))
 
 
-def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, n_jobs: int = 1) -> list[dict]:
-    """The ``K`` fold fits of K-fold selection in lockstep in this process (``n_jobs`` threads: -1, every
-    core), each holding its scaled copy of the rows outside its fold."""
-    from concurrent.futures import ThreadPoolExecutor
+def map_folds_here(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
+    """The ``K`` fold fits of K-fold selection in lockstep in this thread, sharing ``X``."""
     streams = [start_fold(cfg, X, y, fold, f) for f in range(cfg.validation_folds)]
-    workers = max(1, min(len(streams), (os.cpu_count() or 1) if n_jobs == -1 else n_jobs))
-    with ThreadPoolExecutor(workers) as pool:
-        def advance(decisions: list, n: int, alone: bool) -> list:
-            if workers == 1:
-                return [s.advance(d, n, alone) for s, d in zip(streams, decisions)]
-            return list(pool.map(lambda sd: sd[0].advance(sd[1], n, alone), zip(streams, decisions)))
-        fit_folds_in_lockstep(cfg, advance, [len(s.checks) for s in streams])
+
+    def advance(decisions: list, n: int, alone: bool) -> list:
+        return [s.advance(d, n, alone) for s, d in zip(streams, decisions)]
+    fit_folds_in_lockstep(cfg, advance, [len(s.checks) for s in streams])
     return [s.fold_result() for s in streams]
 
 
 def map_folds_on(n_jobs: int | None):
-    """A ``map_folds`` running the fold fits in lockstep on ``n_jobs`` threads of this process (-1: every
-    core; None or 1: one)."""
+    """A ``map_folds`` holding the fold fits on ``n_jobs`` processes (-1: every core;
+    :mod:`nsdist.fold_processes`), in lockstep; :func:`map_folds_here` for None or 1."""
     if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0):
         raise ValueError(f"n_jobs must be None or a nonzero int (-1: every core), got {n_jobs!r}")
-    jobs = 1 if n_jobs is None else int(n_jobs)
-    return lambda cfg, X, y, fold: map_folds_here(cfg, X, y, fold, jobs)
+    jobs = 1 if n_jobs is None else (os.cpu_count() or 1) if n_jobs == -1 else int(n_jobs)
+    if jobs == 1:
+        return map_folds_here
+    from .fold_processes import map_folds_in_processes
+    return lambda cfg, X, y, fold: map_folds_in_processes(cfg, X, y, fold, jobs)

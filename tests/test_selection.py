@@ -485,7 +485,7 @@ def test_k_fold_selection_equals_fits_on_each_folds_complement_checked_in_lockst
 
 
 def test_k_fold_fits_on_processes_give_the_same_model_bit_for_bit():
-    """``n_jobs=2``: the fold fits run in two joblib worker processes (real ones) and return the in-process
+    """``n_jobs=2``: the fold fits are held by two loky processes (real ones) and return the in-process
     model, selection and curve exactly; a fit that is not K-fold ignores ``n_jobs``."""
     X, y = make_data(n=1500, seed=6)
     here = NonDecomposableClassifier("prbep", random_state=1, validation_folds=3).fit(X, y)
@@ -495,6 +495,41 @@ def test_k_fold_fits_on_processes_give_the_same_model_bit_for_bit():
     assert there.selection_ == here.selection_ and there.validation_curve_ == here.validation_curve_
     one = NonDecomposableClassifier("prbep", random_state=1, validation_folds=1)
     np.testing.assert_array_equal(one.fit(X, y).coef_, one.set_params(n_jobs=2).fit(X, y).coef_)
+
+
+def test_fold_processes_raise_a_fits_error_here_and_serve_the_next_fit(tmp_path):
+    """``n_jobs=2``: an error inside a fold process (every candidate diverged) is raised by ``fit`` with its
+    type and message, as in-process; the same two processes (kept between fits) then give the next fit's
+    in-process model; and a script without ``if __name__ == "__main__":`` fits with ``n_jobs=2`` when run
+    as ``python file.py`` (its processes do not run the script again)."""
+    import subprocess
+    import sys
+
+    from nsdist import fold_processes
+
+    X, y = make_data(n=1200, seed=3)
+    for n_jobs in (None, 2):
+        with pytest.raises(FloatingPointError, match="every candidate diverged"):
+            NonDecomposableClassifier("prbep", eta=1e300, standardize=False, validation_folds=3,
+                                      n_jobs=n_jobs).fit(X * 1e150, y)
+    pids = [p.pid for p, _ in fold_processes._HOSTS]
+    assert len(pids) == 2
+    here = NonDecomposableClassifier("f1", random_state=4, validation_folds=4).fit(X, y)
+    there = NonDecomposableClassifier("f1", random_state=4, validation_folds=4, n_jobs=2).fit(X, y)
+    np.testing.assert_array_equal(there.coef_, here.coef_)
+    assert there.intercept_[0] == here.intercept_[0]
+    assert [p.pid for p, _ in fold_processes._HOSTS] == pids
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from nsdist import NonDecomposableClassifier\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = rng.standard_normal((1000, 5))\n"
+        "y = np.where(X[:, 0] + rng.standard_normal(1000) > 2.5, 1, 0)\n"
+        "clf = NonDecomposableClassifier('prbep', validation_folds=3, n_jobs=2).fit(X, y)\n"
+        "print('fitted', clf.folds_)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.count("fitted 3") == 1, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("measure", ["prbep", "pauc"])
