@@ -157,7 +157,8 @@ def _add_train(sub) -> None:
                        "overrides any key (the value is read as YAML).\n\n"
                        "Data with few positives (a 10% holdout would hold fewer than 100) and at most "
                        "solver.validation_max_rows rows is read onto the driver and selected by 5-fold selection, "
-                       "its fold fits as Dask tasks (solver.validation_folds: auto; 1 always streams one holdout).\n\n"
+                       "its fold fits held on the workers in lockstep (solver.validation_folds: auto; 1 always "
+                       "streams one holdout).\n\n"
                        "The run directory receives model/, job.yaml, metrics.json, learning_curve.png, run.log "
                        "and checkpoint.json (a streamed run).",
                        epilog=_examples("nsdist train conf/letter-pauc.yaml",

@@ -317,7 +317,7 @@ def _fit(job: TrainJob, client, train: Dataset, test: Dataset, role: str, run: R
     h = model.history
     if h.get("epochs") is None:       # an in-memory fit (K-fold selection, FTRL, PSG, CP): no partition chain
         log.info("trained in %.1f s: %s rows in memory on the driver%s", h.get("seconds", 0.0), h.get("rows_seen"),
-                 f", {h['folds']} fold fits as Dask tasks" if h.get("folds") else "")
+                 f", {h['folds']} fold fits in lockstep on the workers" if h.get("folds") else "")
     else:
         log.info("trained in %.1f s: %s rows, %s epochs (%s skipped), %s passes, %.0f rows/s%s",
                  h.get("seconds", 0.0), h.get("rows_seen"), h.get("epochs"), h.get("skipped_epochs"),

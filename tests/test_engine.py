@@ -133,8 +133,8 @@ def test_engine_equals_in_memory_solver_float32_wide_one_candidate(cluster, tmp_
 
 def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_model(cluster, tmp_path, letter):
     """``validation_folds=3``: nsdist.train reads the partitions onto the driver (in file order) and fits the
-    estimator's K-fold selection there, its fold fits as Dask tasks: the same model to the bit as the estimator's
-    in-process fit, the folds' selection in the history."""
+    estimator's K-fold selection there, its fold fits held on the workers in lockstep: the same model to the bit
+    as the estimator's in-process fit, the folds' selection in the history."""
     X, y = letter[0][:3000], letter[1][:3000]
     url = write_parquet(tmp_path / "kfold", X, y, rows_per_file=1000)
     params = dict(measure="prbep", validation_folds=3, random_state=1)

@@ -21,6 +21,11 @@ rows with the exact measure of :mod:`nsdist.metrics`:
   ``n_iter_no_change`` passes both its own value has gained less than that
   and its training objective has fallen by less than ``tol`` (relative).
 
+K-fold selection holds its ``K`` fold fits in lockstep: each check is split
+into :meth:`Selection.observe` (score, snapshot) and :meth:`Selection.settle`
+(halve, stop), and :class:`Lockstep` makes the decision between them once for
+all folds, on the candidates' mean over the folds.
+
 The returned model is the best snapshot.  For F1 the selection scores each
 candidate with the plug-in threshold -- the one that maximises F1 on the
 validation rows (:func:`~nsdist.solvers.measure.f1_threshold`) -- or its own,
@@ -119,9 +124,10 @@ class Lockstep:
     diverged on one fold is dropped on all; successive halving ranks the live ones by their mean value over
     the folds; the stochastic candidates stop when the best mean snapshot value over the folds -- the value
     the final choice ranks by -- has gained less than the coarsest fold's resolution over the last
-    ``n_iter_no_change`` checks; the full-batch ones train on while any fold's do.  Every fold then keeps the
-    same candidates and stops at the same check, so each candidate's mean is over ``K`` models of the same
-    training budget.
+    ``n_iter_no_change`` checks.  Every fold then keeps the same candidates and its stochastic ones stop at
+    the same check, so each candidate's mean is over ``K`` models of the same training budget.  Once no
+    stochastic candidate is left, each fold's full-batch candidate trains on by its own rule
+    (:func:`nsdist.estimator.fit_folds_in_lockstep`).
     """
 
     def __init__(self, cfg: TrainConfig) -> None:
