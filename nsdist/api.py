@@ -505,7 +505,8 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
     order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on the workers, side by
     side, and gathered in order.  A baseline's ``monitor`` rows are its ``X_val``, which it only records the
     measure on (its intercept is cut on the training rows): its curve, one point per round or iteration."""
-    from .estimator import NonDecomposableClassifier, advance_fold, fit_folds_in_lockstep, start_fold
+    from .estimator import (NonDecomposableClassifier, advance_folds, fit_folds_in_lockstep, fold_plans,
+                            fold_results, start_folds)
     blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
@@ -529,8 +530,8 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
                  f"{'round' if cfg.solver == 'ftrl' else 'iteration'} (never trained on)" if watched else
                  f"each fold's winner so far on {monitor[1].shape[0]} monitor rows at each of its checks, and the "
                  "returned model (never trained or selected on)")
-    map_folds = fold_tasks(c, start_fold, advance_fold, fit_folds_in_lockstep, on_check,
-                           monitor=monitor if cfg.validation_folds > 1 else None)
+    map_folds = fold_tasks(c, start_folds, advance_folds, fold_plans, fold_results, fit_folds_in_lockstep,
+                           on_check, monitor=monitor if cfg.validation_folds > 1 else None)
     est = NonDecomposableClassifier(**cfg.params()).fit(X, y, *watched, map_folds=map_folds)
     history = {"rows_seen": int(X.shape[0]), "seconds": time.perf_counter() - t0, "solver": cfg.solver,
                "folds": est.folds_}

@@ -31,8 +31,9 @@ _LOCK = threading.Lock()        # one fit at a time talks to them
 
 def _serve(conn) -> None:
     """A fold process: hold the fold fits of the current fit and answer the driver's requests."""
-    from .estimator import advance_fold, start_fold
-    fits: dict = {}
+    from .estimator import advance_folds, fold_plans, fold_results, start_folds
+    fits: list = []
+    folds: list[int] = []
     while True:
         try:
             request = conn.recv()
@@ -44,17 +45,17 @@ def _serve(conn) -> None:
         try:
             if kind == "start":
                 _, cfg, X, y, fold, folds = request
-                fits = {f: start_fold(cfg, X, y, fold, f) for f in folds}
+                fits = start_folds(cfg, X, y, fold, folds)
                 del X
-                conn.send(("ok", {f: len(s.checks) for f, s in fits.items()}))
+                conn.send(("ok", dict(zip(folds, fold_plans(fits)))))
             elif kind == "advance":
                 _, decisions, n, alone = request
-                conn.send(("ok", {f: advance_fold(s, decisions[f], n, alone) for f, s in fits.items()}))
+                conn.send(("ok", dict(zip(folds, advance_folds(fits, [decisions[f] for f in folds], n, alone)))))
             else:                                    # "result": the fits leave with it
-                conn.send(("ok", {f: s.fold_result() for f, s in fits.items()}))
-                fits = {}
+                conn.send(("ok", dict(zip(folds, fold_results(fits)))))
+                fits = []
         except BaseException as exc:  # the driver raises it, with this traceback
-            fits = {}
+            fits = []
             conn.send(("error", (exc, traceback.format_exc())))
 
 

@@ -135,6 +135,8 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
     """``validation_folds=3``: nsdist.train reads the partitions onto the driver (in file order) and fits the
     estimator's K-fold selection there, its fold fits held on the workers in lockstep: the same model to the bit
     as the estimator's in-process fit, the folds' selection in the history."""
+    from nsdist.engine.folds import fold_slots
+
     X, y = letter[0][:3000], letter[1][:3000]
     url = write_parquet(tmp_path / "kfold", X, y, rows_per_file=1000)
     params = dict(measure="prbep", validation_folds=3, random_state=1)
@@ -148,15 +150,17 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
     assert reports[0].n_steps >= reports[-1].step
     assert all(p.state is None and p.best is not None and p.alive >= 1 for p in reports)
     assert [p.best for p in reports] == sorted(p.best for p in reports)
-    # one task per fold to start its fit, then one per fold at each check, on the worker holding that fold's fit
+    # one task per slot (the folds dealt to the cluster's cores) to start its fits, then one per slot at each
+    # check, on the worker holding that slot's fits
     keys = [str(t["key"]) for t in stream.data if str(t["key"]).startswith("nsdist-fold-")]
-    assert sorted(key[-7:] for key in keys if "-start-" in key) == ["start-0", "start-1", "start-2"]
+    seats = sorted(key.rsplit("-", 1)[1] for key in keys if "-start-" in key)
+    assert seats == [str(s) for s in range(len(seats))] and 1 <= len(seats) <= min(3, fold_slots(cluster))
     for check in range(1, len(reports) + 1):
-        assert sorted(key[-2:] for key in keys if f"-check{check}-" in key) == ["-0", "-1", "-2"]
+        assert sorted(key.rsplit("-", 1)[1] for key in keys if f"-check{check}-" in key) == seats
     where = {}
     for t in stream.data:
         if str(t["key"]).startswith("nsdist-fold-") and "-rows-" not in str(t["key"]):
-            where.setdefault(str(t["key"])[-1], set()).add(t["worker"])
+            where.setdefault(str(t["key"]).rsplit("-", 1)[1], set()).add(t["worker"])
     assert all(len(workers) == 1 for workers in where.values()), where
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
     assert model.intercept == float(est.intercept_[0])
@@ -175,8 +179,8 @@ def test_k_fold_selection_reads_the_rows_onto_the_driver_and_is_the_estimators_m
 
 def test_k_fold_fits_run_no_more_at_once_than_the_host_has_cores(tmp_path, letter):
     """Workers whose threads outnumber the cores (two workers of ``cores`` threads each on this host): the
-    fold fits' tasks (start, each check's advance, result) still run at most ``cores`` at a time
-    (``fold_slots``), each next one submitted when one ends, and the model is the estimator's to the bit.
+    fold fits are dealt to ``cores`` slots (``fold_slots``), one task per slot at a time (start, each check's
+    advance, result), so at most ``cores`` run at once, and the model is the estimator's to the bit.
     Without the limit, two fits shared a core and each took twice as long on its fold's clock (the learning
     curve)."""
     from dask.system import cpu_count
@@ -194,7 +198,7 @@ def test_k_fold_fits_run_no_more_at_once_than_the_host_has_cores(tmp_path, lette
     spans = [(ss["start"], ss["stop"]) for t in stream.data if str(t["key"]).startswith("nsdist-fold-")
              for ss in t["startstops"] if ss["action"] == "compute"]
     starts = [t for t in stream.data if "-start-" in str(t["key"])]
-    assert len(starts) == params["validation_folds"] and len(spans) > 3 * len(starts)
+    assert len(starts) == cores and len(spans) > 3 * len(starts)
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])    # an end before a start at a tie
     running = np.cumsum([e for _, e in events])
     assert running.max() <= cores

@@ -2,21 +2,21 @@
 docs/solvers.md §Selection, "K-fold selection").
 
 The rows of a K-fold fit are on the driver (the fit reads them there).  They
-are scattered once; each fold's fit is started on a worker by one task under
-a deterministic key and stays there, in the worker's memory, holding only its
-validation rows (it gathers its training rows from the shared ``X`` a pass at
-a time).  At each check the driver submits one small task per fold, pinned to
-the worker holding that fold's fit: it settles the previous check with the
-folds' joint decision, runs the fit to the next check and returns what the
-check saw (a few vectors of the candidates' values).  The driver makes the
-next joint decision from the ``K`` observations
+are scattered once.  The folds are dealt to the cluster's slots -- no more
+than there are cores to run them (:func:`fold_slots`: a worker of two threads
+on one core would run two fits side by side, each at half speed, and each
+fold's clock, its learning curve, would count the other's time) -- and each
+slot's fold fits are started on its worker by one task under a deterministic
+key and stay there, in the worker's memory, each holding only its validation
+rows (it gathers its training rows from the shared ``X`` a pass at a time).
+At each check the driver submits one small task per slot, pinned to the
+worker holding its fits: it settles the previous check with the folds' joint
+decision, runs each of its fits to the next check and returns what the check
+saw (a few vectors of the candidates' values).  The driver makes the next
+joint decision from the ``K`` observations
 (:func:`nsdist.estimator.fit_folds_in_lockstep`), so the model is the
-in-process estimator's, bit for bit.
-
-No more fits run at once than there are cores to run them (:func:`fold_slots`):
-a worker of two threads on one core would run two fits side by side, each at
-half speed, and each fold's clock (its learning curve) would count the other's
-time.  A fit lost with its worker (the scheduler would restart it from its
+in-process estimator's, bit for bit.  A task per slot, not per fold: on 2
+cores a check costs one round of two tasks, not three rounds.  A fit lost with its worker (the scheduler would restart it from its
 first check, and its next observation or decision would be out of step), or
 with the worker holding the scattered rows, is redone: the driver still holds
 the rows, so it scatters them again and restarts every fold's fit, up to
@@ -25,7 +25,6 @@ the rows, so it scatters them again and restarts every fold's fit, up to
 from __future__ import annotations
 
 import logging
-import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -36,7 +35,7 @@ from .._faults import MAX_RESTARTS, WorkLost, cancel_quietly, redo_lost
 from ..solvers.config import TrainConfig
 from ..solvers.select import OutOfStep
 
-__all__ = ["fold_tasks", "fold_slots", "fold_placement"]
+__all__ = ["fold_tasks", "fold_slots", "fold_seats"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -77,22 +76,24 @@ def fold_slots(client) -> int:
     return sum(_worker_slots(client).values())
 
 
-def fold_placement(slots: dict[str, int], k: int) -> list[str]:
-    """The worker of each of ``k`` fold fits: dealt in turn to the workers by their slots (a worker of two
-    slots takes two folds a round), in address order."""
-    seats = [a for r in range(max(slots.values(), default=1)) for a in sorted(slots) if slots[a] > r]
-    return [seats[f % len(seats)] for f in range(k)]
+def fold_seats(slots: dict[str, int], k: int) -> list[tuple[str, list[int]]]:
+    """The fold fits each slot holds, ``(worker, folds)``: the slots dealt in turn over the workers (a worker
+    of two takes one of each round), at most ``k`` of them, and fold ``f`` to seat ``f mod n``."""
+    seats = [a for r in range(max(slots.values(), default=1)) for a in sorted(slots) if slots[a] > r][:k]
+    return [(a, list(range(s, k, len(seats)))) for s, a in enumerate(seats)]
 
 
-def fold_tasks(client, start_fold: Callable, advance_fold: Callable, lockstep: Callable,
+def fold_tasks(client, start_folds: Callable, advance_folds: Callable, fold_plans: Callable,
+               fold_results: Callable, lockstep: Callable,
                on_check: Callable[[int, int, float, int], None] | None = None,
                monitor: tuple | None = None) -> Callable[[TrainConfig, Any, np.ndarray, np.ndarray], list[dict]]:
     """A ``map_folds`` (:meth:`nsdist.NonDecomposableClassifier.fit`) that holds the ``K`` fold fits on
-    ``client``'s workers (``start_fold(cfg, X, y, fold, f, monitor=...)``), drives them with ``lockstep(cfg,
-    advance, n_checks, on_check)`` (:func:`nsdist.estimator.fit_folds_in_lockstep`), each check's advance
-    ``advance_fold(fit, decision, n, alone)`` as one task per fold on its worker, and returns their
-    ``fold_result()`` in fold order.  ``on_check(i, n, best, alive)`` after each check (progress).
-    ``monitor`` rows ``(X, y)`` (the learning curve's) are scattered once with the training rows."""
+    ``client``'s workers, a group of them per slot (:func:`fold_seats`; ``start_folds(cfg, X, y, fold, folds,
+    monitor)``), drives them with ``lockstep(cfg, advance, n_checks, on_check)``
+    (:func:`nsdist.estimator.fit_folds_in_lockstep`), each check's advance ``advance_folds(fits, decisions,
+    n, alone)`` one task per slot on its worker, and returns ``fold_results(fits)`` in fold order.
+    ``on_check(i, n, best, alive)`` after each check (progress).  ``monitor`` rows ``(X, y)`` (the learning
+    curve's) are scattered once with the training rows."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
         k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold, monitor)
 
@@ -106,36 +107,27 @@ def fold_tasks(client, start_fold: Callable, advance_fold: Callable, lockstep: C
             rows = client.scatter({f"nsdist-fold-rows-{token}-{restart}-{name}": a
                                    for name, a in (("X", X), ("y", y), ("fold", fold), *watched)})
             X_, y_, fold_, *monitor_ = rows.values()
-            slots = _worker_slots(client)
-            where = fold_placement(slots, k)
+            seats = fold_seats(_worker_slots(client), k)
             in_flight: set = set()     # (a finished advance's future is let go: else a lost fit's would be redone)
             fits: list = []
 
-            def on_each(name: str, call: Callable, args: list[tuple], fetch: bool = True) -> list:
-                """The task ``call(*args[f])`` of every fold on its fit's worker, at most the worker's slots at a
-                time; the results in fold order (``fetch=False``: their futures, the results left there)."""
-                queue = {a: [f for f in range(k) if where[f] == a] for a in slots}
+            def on_seats(name: str, call: Callable, args: list[tuple], fetch: bool = True) -> list:
+                """The task ``call(*args[s])`` of every seat on its worker, all at once; their results in seat
+                order (``fetch=False``: their futures, the results left there)."""
+                futures = [client.submit(call, *args[s], key=f"{prefix}-{name}-{s}", workers=[a],
+                                         allow_other_workers=True, pure=False) for s, (a, _) in enumerate(seats)]
+                in_flight.update(futures)
+                for future in as_completed(futures, loop=client.loop):
+                    if future.status == "error":
+                        future.result()             # raises the task's error
+                in_flight.difference_update(futures)
+                return client.gather(futures) if fetch else futures
+
+            def by_fold(per_seat: list[list]) -> list:
                 out: list = [None] * k
-                futures: dict = {}
-                running = as_completed(loop=client.loop)
-
-                def launch(a: str) -> None:
-                    f = queue[a].pop(0)
-                    future = client.submit(call, *args[f], key=f"{prefix}-{name}-{f}", workers=[a],
-                                           allow_other_workers=True, pure=False)
-                    in_flight.add(future)
-                    futures[future] = f
-                    running.add(future)
-
-                for a in queue:
-                    for _ in range(min(slots[a], len(queue[a]))):
-                        launch(a)
-                for future in running:
-                    f = futures.pop(future)
-                    in_flight.discard(future)
-                    out[f] = future.result() if fetch or future.status == "error" else future
-                    if queue[where[f]]:
-                        launch(where[f])
+                for (_, folds), values in zip(seats, per_seat):
+                    for f, value in zip(folds, values):
+                        out[f] = value
                 return out
 
             checks = [0]                # advances so far (the last answers None: the fits have ended)
@@ -143,8 +135,9 @@ def fold_tasks(client, start_fold: Callable, advance_fold: Callable, lockstep: C
             def advance(decisions: list, n: int, alone: bool) -> list:
                 checks[0] += 1
                 try:
-                    seen = on_each(f"check{checks[0]}", advance_fold,
-                                   [(fit, d, n, alone) for fit, d in zip(fits, decisions)])
+                    seen = by_fold(on_seats(f"check{checks[0]}", advance_folds,
+                                            [(fit, [decisions[f] for f in folds], n, alone)
+                                             for fit, (_, folds) in zip(fits, seats)]))
                 except OutOfStep as exc:
                     raise WorkLost(f"a fold fit was lost and restarted on another worker ({exc})") from exc
                 if any(o is not None and o.check != checks[0] for o in seen):
@@ -153,11 +146,11 @@ def fold_tasks(client, start_fold: Callable, advance_fold: Callable, lockstep: C
                 return seen
 
             try:
-                fits[:] = on_each("start", start_fold, [(cfg, X_, y_, fold_, f, tuple(monitor_) or None)
-                                                        for f in range(k)], fetch=False)
-                n_checks = [len(c) for c in on_each("plan", operator.attrgetter("checks"), [(fit,) for fit in fits])]
+                fits[:] = on_seats("start", start_folds, [(cfg, X_, y_, fold_, folds, tuple(monitor_) or None)
+                                                         for _, folds in seats], fetch=False)
+                n_checks = by_fold(on_seats("plan", fold_plans, [(fit,) for fit in fits]))
                 lockstep(cfg, advance, n_checks, on_check)
-                results = on_each("result", operator.methodcaller("fold_result"), [(fit,) for fit in fits])
+                results = by_fold(on_seats("result", fold_results, [(fit,) for fit in fits]))
             except BaseException:
                 cancel_quietly(client, [*in_flight, *fits, *rows.values()])
                 raise
