@@ -532,6 +532,32 @@ def test_fold_processes_raise_a_fits_error_here_and_serve_the_next_fit(tmp_path)
     assert done.returncode == 0 and done.stdout.count("fitted 3") == 1, done.stderr[-2000:]
 
 
+def test_fold_fits_gather_from_an_aligned_copy_of_misaligned_rows():
+    """Rows at an odd address (as a Dask worker receives a scattered array) are copied once, aligned, and shared
+    by the fold fits of that worker (gathering from misaligned rows was 4 times slower); aligned rows are not
+    copied; the model is the same either way."""
+    from nsdist.estimator import advance_folds, fit_folds_in_lockstep, fold_plans, fold_results, start_folds
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = make_data(n=900, seed=2)
+    raw = np.zeros(X.nbytes + 1, dtype=np.uint8)
+    odd = np.frombuffer(raw.data, dtype=np.float64, count=X.size, offset=1).reshape(X.shape)
+    odd[:] = X
+    assert not odd.flags.aligned
+    cfg = TrainConfig.from_params(measure="prbep", max_passes=4).with_folds(3)
+    yy = np.where(y > 0, 1, -1)
+    fold = fold_ids(yy, np.arange(yy.shape[0]), 0, 3)
+    results = []
+    for rows in (X, odd):
+        fits = start_folds(cfg, rows, yy, fold, [0, 1, 2])
+        assert len({id(s.X) for s in fits}) == 1 and fits[0].X.flags.aligned
+        assert (fits[0].X is X) == (rows is X)
+        fit_folds_in_lockstep(cfg, lambda d, n, a: advance_folds(fits, d, n, a), fold_plans(fits))
+        results.append(fold_results(fits))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a["selection"].W, b["selection"].W)
+
+
 @pytest.mark.parametrize("measure", ["prbep", "pauc"])
 def test_k_fold_fits_share_the_rows_instead_of_copying_them(measure):
     """The ``K`` fold fits are held together (lockstep), so none copies its rows: each gathers and scales
