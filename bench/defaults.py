@@ -606,7 +606,7 @@ def report(cells: dict, meta: dict, runs: dict) -> str:
         "The default (`validation_folds=\"auto\"`) selects by 5-fold selection where a holdout of 10% would hold "
         "fewer than 100 positives (and the rows number at most `validation_max_rows`), else on one holdout "
         "(docs/solvers.md §Selection, \"K-fold selection\"): the population trained on each fold's complement and "
-        "checked on the fold, the best mean wins, its fold models averaged -- every positive takes part in the "
+        "checked on the fold, the folds in lockstep (halving and early stopping decided on their mean), the best mean wins, its fold models averaged -- every positive takes part in the "
         "choice, for about five times the fit. The column `validation_folds=1` is the same default always on one "
         "holdout; another setting of the library, not a peer: the targets above are judged on the default "
         "alone.\n\n" + holdout_table(cells, runs) +

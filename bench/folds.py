@@ -21,7 +21,7 @@ The whole call a cluster user makes is timed too: the training rows written
 as Parquet files of ``FILE_ROWS`` rows, ``nsdist.train(dir, measure=...,
 client=c)`` on a fresh ``LocalCluster(n_workers=2, threads_per_worker=1)`` per
 repeat (its start-up not timed: the user passes ``client=``), which reads the
-files on the workers, fits the folds there as Dask tasks and returns the
+files on the workers, holds the fold fits there in lockstep and returns the
 estimator's model (checked bit for bit).
 """
 from __future__ import annotations
