@@ -667,7 +667,7 @@ class _Stream:
         n_val = 0 if validation is None else validation[0].shape[0]
         if n_val and np.unique(validation[1]).shape[0] < 2:
             # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
-            validation = (self._fancy(ids), y)
+            validation = (X if rows is None else self._fancy(ids), y)
         self.cfg = cfg = cfg.resolve(n_features=X.shape[1], n_rows=ids.shape[0] - (holdout.n_rows if holdout else 0),
                                      mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.eta = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]

@@ -16,10 +16,12 @@ saw (a few vectors of the candidates' values).  The driver makes the next
 joint decision from the ``K`` observations
 (:func:`nsdist.estimator.fit_folds_in_lockstep`), so the model is the
 in-process estimator's, bit for bit.  A task per slot, not per fold: on 2
-cores a check costs one round of two tasks, not three rounds.  A fit lost with its worker (the scheduler would restart it from its
-first check, and its next observation or decision would be out of step), or
-with the worker holding the scattered rows, is redone: the driver still holds
-the rows, so it scatters them again and restarts every fold's fit, up to
+cores a check costs one round of two tasks, not three rounds.
+
+A fit lost with its worker (the scheduler would restart it from its first
+check, and its next observation or decision would be out of step), or with
+the worker holding the scattered rows, is redone: the driver still holds the
+rows, so it scatters them again and restarts every fold's fit, up to
 :data:`~nsdist._faults.MAX_RESTARTS` times.
 """
 from __future__ import annotations
