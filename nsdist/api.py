@@ -500,13 +500,14 @@ def _final_loss(stats: np.ndarray) -> float | None:
 
 def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None, monitor=None) -> LinearModel:
     """The in-memory fits on a dataset that fits on the driver: the baselines (FTRL, PSG, CP) and K-fold
-    selection (``validation_folds > 1``, its fold fits held on the workers in lockstep, each check reported to
-    ``on_step``: :class:`~nsdist.engine.chain.ChainProgress` with ``unit="check"``), by the estimator on every row in file
-    order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on the workers, side by
-    side, and gathered in order.  A baseline's ``monitor`` rows are its ``X_val``, which it only records the
-    measure on (its intercept is cut on the training rows): its curve, one point per round or iteration."""
-    from .estimator import (NonDecomposableClassifier, advance_folds, fit_folds_in_lockstep, fold_plans,
-                            fold_results, start_folds)
+    selection (``validation_folds > 1``, its fold fits held on the workers in lockstep, each check reported
+    to ``on_step``: :class:`~nsdist.engine.chain.ChainProgress` with ``unit="check"``), by the estimator on
+    every row in file order (it scales), in ``dtype`` as the estimator keeps it.  The partitions are read on
+    the workers, side by side, and gathered in order.  A baseline's ``monitor`` rows are its ``X_val``, which
+    it only records the measure on (its intercept is cut on the training rows): its curve, one point per round
+    or iteration."""
+    from .estimator import (NonDecomposableClassifier, advance_folds, fit_folds_in_lockstep,  # scikit-learn:
+                            fold_plans, fold_results, start_folds)       # ~1 s to import, only these fits need it
     blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])

@@ -206,10 +206,10 @@ def test_k_fold_fit_lost_with_its_worker_mid_fit_gives_the_identical_model(dask_
 
 def test_k_fold_fit_lost_mid_lockstep_is_found_out_of_step_and_all_are_restarted(dask_processes, letter_20,
                                                                                   caplog, reliability):
-    """A worker holding a fold's fit (and no scattered rows that no other worker holds) is SIGKILLed after the
-    folds' third check: the scheduler recomputes that fit from its start on a survivor, so its next answer is for the wrong check;
-    the driver finds it out of step, restarts every fold's fit and the model is the undisturbed run's, bit
-    for bit."""
+    """A worker holding fold fits (and no scattered rows that no other worker holds) is SIGKILLed after the
+    folds' third check: the scheduler recomputes those fits from their start on a survivor, so their next answer
+    is for the wrong check; the driver finds them out of step, restarts every fold's fit and the model is the
+    undisturbed run's, bit for bit."""
     params = dict(measure="pauc", random_state=4)
     with dask_processes(3) as cluster, cluster.client() as client:
         reference = train(letter_20, client=client, **params)
