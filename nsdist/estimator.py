@@ -7,6 +7,7 @@ engine) and the CLI read too.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -660,14 +661,14 @@ class _Stream:
         if validation is None and cfg.selects and cfg.validation_fraction > 0:
             holdout = Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
             mask = holdout.mask(y, ids)
-            validation = (self._fancy(np.flatnonzero(mask)), y[mask])
+            validation = (self._gather(np.flatnonzero(mask)), y[mask])
         elif validation is not None and scaling is not None:
             X_val = validation[0] if rows is not None else validation[0].copy()
             validation = (scaling.apply(X_val), validation[1])
         n_val = 0 if validation is None else validation[0].shape[0]
         if n_val and np.unique(validation[1]).shape[0] < 2:
             # too few rows of a class to hold one out (n_c < 2): score on the training rows instead
-            validation = (X if rows is None else self._fancy(ids), y)
+            validation = (X if rows is None else self._gather(ids), y)
         self.cfg = cfg = cfg.resolve(n_features=X.shape[1], n_rows=ids.shape[0] - (holdout.n_rows if holdout else 0),
                                      mean_sq_norm=mean_sq_norm(validation[0]) if n_val else None, n_validation=n_val)
         self.eta = cfg.candidates[0].eta if len(cfg.candidates) == 1 else [c.eta for c in cfg.candidates]
@@ -679,7 +680,7 @@ class _Stream:
                 raise ValueError("the training rows (after the validation holdout) hold one class; 2PMB needs both")
             stream = -rare_label(y[self.train])
             self.reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, self.sparse).offer(
-                self._fancy(self.train), y[self.train], self.train, cfg.random_state)
+                self._gather(self.train), y[self.train], self.train, cfg.random_state)
         # one block: every pass visits block 0, shuffled or not (the rows are shuffled by stream_order);
         # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
         self.streamed = training_rows(y, ids, holdout=holdout, stream_label=stream)   # the same rows every pass
@@ -701,19 +702,12 @@ class _Stream:
                 return value_on(P, *monitor, *((w, b) if scaling is None else scaling.fold(w, b)))
             self._watch = WinnerWatch(measured)
 
-    def _fancy(self, idx: np.ndarray):
-        """``X[idx]`` of the training set's rows ``idx``, scaled: a fresh copy."""
-        if self.rows is None:
-            return self.X[idx]
-        block = self.X[self.rows[idx]]
-        return block if self.scaling is None else self.scaling.apply(block)
-
-    def _take(self, idx: np.ndarray):
-        """The training set's rows ``idx``, scaled, as the kernel takes them: a fresh copy (dense: Fortran order)."""
-        if self.rows is None:
-            return take_rows(self.X, idx) if not self.sparse else self.X[idx]
-        block = take_rows(self.X, self.rows[idx]) if not self.sparse else self.X[self.rows[idx]]
-        return block if self.scaling is None else self.scaling.apply(block)
+    def _gather(self, idx: np.ndarray, kernel_order: bool = False):
+        """The training set's rows ``idx``, scaled: a fresh copy (``kernel_order``: as the kernel takes them,
+        dense rows in Fortran order)."""
+        picked = idx if self.rows is None else self.rows[idx]
+        block = take_rows(self.X, picked) if kernel_order and not self.sparse else self.X[picked]
+        return block if self.rows is None or self.scaling is None else self.scaling.apply(block)
 
     def _run(self, state: SGDState, first: int, stop: int) -> SGDState:
         """Steps ``first .. stop - 1`` of the plan."""
@@ -724,10 +718,10 @@ class _Stream:
                                     random_state=cfg.random_state, shuffle=cfg.shuffle)
                 state = NonDecomposableClassifier._run_rows(
                     state, X, y, rows, cfg, None if self.selection is not None else self.recorder, self.reservoir,
-                    self._last_loss, gather=self._take)
+                    self._last_loss, gather=functools.partial(self._gather, kernel_order=True))
             else:      # only full-batch candidates train: the block's training rows in file order (plan doc)
                 if not self._in_file_order:
-                    self._in_file_order.append(self._take(self.streamed))
+                    self._in_file_order.append(self._gather(self.streamed, kernel_order=True))
                 block = self._in_file_order[0]
                 state, _ = run_epochs(state, block, y[self.streamed], population,
                                       buffer_size=cfg.buffer_size, radius=cfg.radius)
