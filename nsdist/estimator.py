@@ -706,8 +706,10 @@ class _Stream:
         """The training set's rows ``idx``, scaled: a fresh copy (``kernel_order``: as the kernel takes them,
         dense rows in Fortran order)."""
         picked = idx if self.rows is None else self.rows[idx]
-        block = take_rows(self.X, picked) if kernel_order and not self.sparse else self.X[picked]
-        return block if self.rows is None or self.scaling is None else self.scaling.apply(block)
+        scaling = None if self.rows is None else self.scaling      # else X is scaled already
+        if kernel_order and not self.sparse:
+            return take_rows(self.X, picked, **({} if scaling is None else scaling.shift_scale()))
+        return self.X[picked] if scaling is None else scaling.apply(self.X[picked])
 
     def _run(self, state: SGDState, first: int, stop: int) -> SGDState:
         """Steps ``first .. stop - 1`` of the plan."""

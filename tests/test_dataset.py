@@ -327,6 +327,30 @@ def test_take_rows_is_x_rows_in_fortran_order(dtype, layout):
         take_rows(X, np.array([0, n]))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_take_rows_shifts_and_scales_as_scaling_apply(dtype, layout, wide):
+    """take_rows(X, rows, shift=, scale=) is ``Scaling.apply(X[rows])`` to the bit, whether the rows are long
+    enough (LONG_ROW) to be scaled in its gathering buffer or are scaled once gathered; centred or scale-only."""
+    from nsdist.solvers.blocks import LONG_ROW, TAKE_BYTES, take_rows
+    from nsdist.solvers.scaling import Scaling
+
+    item = np.dtype(dtype).itemsize
+    d = LONG_ROW // item + 3 if wide else 7
+    n = 2 * max(256, TAKE_BYTES // (d * item)) + 5          # several gathering chunks
+    X = RNG.normal(2.0, 3.0, size=(n, 2 * d)).astype(dtype)
+    X = {"C": X[:, :d].copy(), "F": np.asfortranarray(X[:, :d]), "strided": X[:, ::2]}[layout]
+    for centered in (True, False):
+        sc = Scaling(mean=X.mean(axis=0, dtype=np.float64) * centered, scale=X.std(axis=0, dtype=np.float64),
+                     centered=centered)
+        for rows in (RNG.permutation(n), None):
+            B = take_rows(X, rows, **sc.shift_scale())
+            ref = sc.apply(np.array(X if rows is None else X[rows]))
+            assert B.flags.f_contiguous and B.dtype == dtype
+            np.testing.assert_array_equal(B, ref)
+
+
 def test_gather_block_is_fortran_ordered_x_rows_without_a_transposing_copy():
     """gather_block returns the transpose of its (d, m) gathering buffer: Fortran order, no second copy."""
     from nsdist.solvers.blocks import gather_block

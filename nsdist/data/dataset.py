@@ -348,8 +348,8 @@ class Dataset:
             if rows is not None:
                 y = y[rows]
             if not sp.issparse(X):
-                X = take_rows(X, rows)
-            elif rows is not None:
+                return take_rows(X, rows, **({} if scaling is None else scaling.shift_scale())), y
+            if rows is not None:
                 X = X[rows]
             return (X if scaling is None else scaling.apply(X)), y
         values, y = self.read_columns(i, dtype=dtype)
@@ -357,8 +357,7 @@ class Dataset:
         if order is not None:
             rows = order(y)
             y = y[rows]
-        shift = None if scaling is None or not scaling.centered else scaling.mean
-        return gather_block(values, dtype, rows=rows, shift=shift, scale=None if scaling is None else scaling.scale), y
+        return gather_block(values, dtype, rows=rows, **({} if scaling is None else scaling.shift_scale())), y
 
     def read_labels(self, i: int) -> np.ndarray:
         """Only the labels of partition ``i`` (``int8`` in {-1, +1})."""

@@ -69,6 +69,11 @@ class Scaling:
         X /= self.scale.astype(X.dtype, copy=False)
         return X
 
+    def shift_scale(self) -> dict[str, np.ndarray | None]:
+        """:meth:`apply` as the keywords of :func:`~nsdist.solvers.blocks.take_rows` and
+        :func:`~nsdist.solvers.blocks.gather_block`, which scale while they gather (the same numbers)."""
+        return {"shift": self.mean if self.centered else None, "scale": self.scale}
+
     def fold(self, w: np.ndarray, b: float) -> tuple[np.ndarray, float]:
         """The raw-feature model equal to ``(w, b)`` on scaled features.
 
