@@ -27,7 +27,7 @@ from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl
 from .solvers.history import History, HistoryRecord, Recorder, Validate
-from .solvers.blocks import take_rows
+from .solvers.blocks import PassBuffer
 from .solvers.kernel import SGDState, end_pass, run_epochs
 from .solvers.measure import cut_intercept, get_measure, make_loss, measure_function, value_on
 from .solvers.plan import Holdout, block_rows, fold_ids, ends_pass, schedule, stream_order, training_rows
@@ -644,14 +644,20 @@ class _Stream:
     rows are then the fit's own copy, scaled in place.  ``monitor``: raw-feature rows ``(X, y)`` on which each
     check also measures its current winner (curve points get ``"monitor"``; off the training clock).
     ``validator``: the history's measure of ``(w, b)`` on validation rows, for a fit without selection.
+    ``buffer``: where each pass's rows are gathered (a fit's own by default; the fold fits one process holds
+    share one, as they run one pass at a time).  The rows of a pass, or the file-order rows its full-batch
+    candidate trains on alone, are used before the next gather: once only full-batch candidates train, no
+    other pass of this fit gathers, and a fold fit trains alone to its end before the next one does.
     """
 
     def __init__(self, cfg: TrainConfig, X, y: np.ndarray, validation, *, rows: np.ndarray | None = None,
-                 monitor: tuple | None = None, validator: Callable | None = None) -> None:
+                 monitor: tuple | None = None, validator: Callable | None = None,
+                 buffer: PassBuffer | None = None) -> None:
         if rows is not None:
             y = y[rows]
         ids = np.arange(y.shape[0])
         self.rows, self.sparse = rows, sp.issparse(X)
+        self._buffer = PassBuffer() if buffer is None else buffer
         # moments of every row (validation rows included), as the engine takes them
         self.scaling = scaling = cfg.scaling_for(X, rows=rows)
         if scaling is not None and rows is None:
@@ -704,11 +710,12 @@ class _Stream:
 
     def _gather(self, idx: np.ndarray, kernel_order: bool = False):
         """The training set's rows ``idx``, scaled: a fresh copy (``kernel_order``: as the kernel takes them,
-        dense rows in Fortran order)."""
+        dense rows in Fortran order, in the fit's :class:`~nsdist.solvers.blocks.PassBuffer`: valid until its
+        next such gather)."""
         picked = idx if self.rows is None else self.rows[idx]
         scaling = None if self.rows is None else self.scaling      # else X is scaled already
         if kernel_order and not self.sparse:
-            return take_rows(self.X, picked, **({} if scaling is None else scaling.shift_scale()))
+            return self._buffer.take(self.X, picked, **({} if scaling is None else scaling.shift_scale()))
         return self.X[picked] if scaling is None else scaling.apply(self.X[picked])
 
     def _run(self, state: SGDState, first: int, stop: int) -> SGDState:
@@ -797,14 +804,15 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
 
 
 def start_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int,
-               monitor: tuple | None = None) -> _Stream:
+               monitor: tuple | None = None, buffer: PassBuffer | None = None) -> _Stream:
     """Fold ``f`` of K-fold selection, ready to run: the population of ``cfg`` on the rows outside fold ``f``,
     checked on fold ``f`` -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` trains, held
     in lockstep with the other folds (:func:`fit_folds_in_lockstep`).  ``monitor``: rows ``(X, y)`` on which
     each check also measures the fold's winner so far (its curve's ``"monitor"``: the learning curve of
-    :func:`nsdist.train`)."""
+    :func:`nsdist.train`).  ``buffer``: shared with the other fold fits of this process (:class:`_Stream`)."""
     inside = fold == f
-    return _Stream(cfg, X, y, (X[inside], y[inside]), rows=np.flatnonzero(~inside), monitor=monitor)
+    return _Stream(cfg, X, y, (X[inside], y[inside]), rows=np.flatnonzero(~inside), monitor=monitor,
+                   buffer=buffer)
 
 
 @on_one_blas_thread
@@ -818,7 +826,8 @@ def start_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, folds: lis
             X = X.copy()
     elif not X.flags.aligned:
         X = X.copy(order="K")
-    return [start_fold(cfg, X, y, fold, f, monitor) for f in folds]
+    buffer = PassBuffer()               # its fits run one pass at a time (advance_folds)
+    return [start_fold(cfg, X, y, fold, f, monitor, buffer) for f in folds]
 
 
 @on_one_blas_thread

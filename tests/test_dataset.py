@@ -351,6 +351,34 @@ def test_take_rows_shifts_and_scales_as_scaling_apply(dtype, layout, wide):
             np.testing.assert_array_equal(B, ref)
 
 
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_pass_buffer_gathers_take_rows_values_into_one_reused_block(layout):
+    """PassBuffer.take is take_rows (scaled or not) into one flat array, reused by later gathers of as many rows
+    or fewer and grown for more; out= is checked; a pickled copy starts empty."""
+    import pickle
+
+    from nsdist.solvers.blocks import PassBuffer, take_rows
+
+    X = RNG.normal(size=(900, 9))
+    X = X.copy() if layout == "C" else np.asfortranarray(X)
+    shift, scale = X.mean(axis=0), X.std(axis=0)
+    buf = PassBuffer()
+    first = buf.take(X, RNG.permutation(900), shift=shift, scale=scale)
+    for m in (900, 300, 1):
+        rows = RNG.permutation(900)[:m]
+        B = buf.take(X, rows, shift=shift, scale=scale)
+        assert B.flags.f_contiguous and B.shape == (m, 9) and np.shares_memory(B, first)
+        np.testing.assert_array_equal(B, take_rows(X, rows, shift=shift, scale=scale))
+    more = buf.take(np.vstack([X, X]), np.arange(1800))
+    assert not np.shares_memory(more, first)
+    np.testing.assert_array_equal(more, np.vstack([X, X]))
+    with pytest.raises(ValueError, match="Fortran-ordered"):
+        take_rows(X, np.arange(5), out=np.empty((5, 9)))            # C-ordered
+    with pytest.raises(ValueError, match="Fortran-ordered"):
+        take_rows(X, np.arange(5), out=np.empty((4, 9), order="F"))
+    assert pickle.loads(pickle.dumps(buf))._flat is None
+
+
 def test_gather_block_is_fortran_ordered_x_rows_without_a_transposing_copy():
     """gather_block returns the transpose of its (d, m) gathering buffer: Fortran order, no second copy."""
     from nsdist.solvers.blocks import gather_block

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gather_block", "take_rows", "take_columns", "put_columns", "TAKE_BYTES", "LONG_ROW", "COLUMN_ROWS"]
+__all__ = ["gather_block", "take_rows", "take_columns", "put_columns", "PassBuffer", "TAKE_BYTES", "LONG_ROW", "COLUMN_ROWS"]
 
 #: :func:`take_rows` gathers a C-ordered matrix this many bytes of rows at a time (at least 256 rows): a chunk
 #: stays in cache while it is written out column by column (1M x 100 float32 rows in stream order: about the
@@ -28,13 +28,15 @@ COLUMN_ROWS = 1 << 12
 
 
 def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = None,
-                 shift: np.ndarray | None = None, scale: np.ndarray | None = None) -> np.ndarray:
+                 shift: np.ndarray | None = None, scale: np.ndarray | None = None,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """The ``(m, d)`` Fortran-ordered block of the columns ``values`` (steps 2 and 3 of :mod:`nsdist.data.dense`).
 
     ``rows``: the rows kept, in this order (default: all); ``(x - shift) / scale``
     in ``dtype`` (``shift`` None: only divided; both None: as read).  The block
     is the transpose of a C-ordered ``(d, m)`` array: ``X[a:b]`` of it is a view
-    that BLAS multiplies as it is.
+    that BLAS multiplies as it is.  ``out``: a Fortran-ordered ``(m, d)`` array
+    of ``dtype`` to write the block into (:class:`PassBuffer`), returned.
     """
     dtype = np.dtype(dtype)
     n = values[0].shape[0] if values else 0
@@ -45,7 +47,7 @@ def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = N
     m = n if rows is None else rows.shape[0]
     shift = None if shift is None else np.asarray(shift).astype(dtype, copy=False)
     scale = None if scale is None else np.asarray(scale).astype(dtype, copy=False)
-    block = np.empty((len(values), m), dtype=dtype)
+    block = np.empty((len(values), m), dtype=dtype) if out is None else _checked_out(out, (m, len(values)), dtype).T
     for j, v in enumerate(values):
         row = block[j]
         if rows is None:
@@ -60,7 +62,7 @@ def gather_block(values: list[np.ndarray], dtype, *, rows: np.ndarray | None = N
 
 
 def take_rows(X: np.ndarray, rows: np.ndarray | None = None, *, shift: np.ndarray | None = None,
-              scale: np.ndarray | None = None) -> np.ndarray:
+              scale: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """``X[rows]`` (default: every row) as a new Fortran-ordered ``(m, d)`` block, in one copy.
 
     A Fortran-ordered ``X`` is gathered column by column (:func:`gather_block`);
@@ -72,19 +74,20 @@ def take_rows(X: np.ndarray, rows: np.ndarray | None = None, *, shift: np.ndarra
     Rows of at least :data:`LONG_ROW` bytes are shifted and scaled in the buffer,
     along its rows while they are in cache (hiva's 1617 float64 columns: 25% off
     the gather and scaling); shorter rows make short inner loops, and are
-    scaled once gathered, a column at a time.
+    scaled once gathered, a column at a time.  ``out``: a Fortran-ordered
+    ``(m, d)`` array of ``X``'s dtype to gather into (:class:`PassBuffer`), returned.
     """
     X = np.asarray(X)
     n, d = X.shape
     shift = None if shift is None else np.asarray(shift).astype(X.dtype, copy=False)
     scale = None if scale is None else np.asarray(scale).astype(X.dtype, copy=False)
     if X.flags.f_contiguous:
-        return gather_block([X[:, j] for j in range(d)], X.dtype, rows=rows, shift=shift, scale=scale)
+        return gather_block([X[:, j] for j in range(d)], X.dtype, rows=rows, shift=shift, scale=scale, out=out)
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.intp)
     if rows.size and (rows.min() < 0 or rows.max() >= n):
         raise IndexError(f"rows outside [0, {n})")
     m = rows.shape[0]
-    out = np.empty((m, d), dtype=X.dtype, order="F")
+    out = np.empty((m, d), dtype=X.dtype, order="F") if out is None else _checked_out(out, (m, d), X.dtype)
     chunk = max(256, TAKE_BYTES // max(1, d * X.dtype.itemsize))
     buf = np.empty((min(chunk, m), d), dtype=X.dtype)
     in_buffer = d * X.dtype.itemsize >= LONG_ROW
@@ -97,6 +100,44 @@ def take_rows(X: np.ndarray, rows: np.ndarray | None = None, *, shift: np.ndarra
     if not in_buffer:
         _shift_scale(out, shift, scale)
     return out
+
+
+def _checked_out(out: np.ndarray, shape: tuple[int, int], dtype) -> np.ndarray:
+    """``out``, if it is a Fortran-ordered array of ``shape`` and ``dtype`` (else ValueError)."""
+    if out.shape != shape or out.dtype != np.dtype(dtype) or not out.flags.f_contiguous:
+        raise ValueError(f"out must be a Fortran-ordered {shape} array of {np.dtype(dtype)}, "
+                         f"got {out.shape} {out.dtype} (F-contiguous: {out.flags.f_contiguous})")
+    return out
+
+
+class PassBuffer:
+    """One reusable block of memory for the rows an in-memory fit gathers every pass.
+
+    An in-memory fit gathers its training rows anew every pass, in the pass's order
+    (:func:`take_rows`).  A fresh block of tens of megabytes is mapped from the
+    system, and its first writes fault every page in again: at 55,000 x 118 float64
+    rows, 25 ms a gather against 15 ms into memory already touched.  :meth:`take` gathers
+    into one flat array, grown when a block needs more, viewed as the ``(m, d)``
+    Fortran-ordered block -- the same values, so the same model to the bit.
+
+    A block it returns is valid until its next :meth:`take`: the fits that share one
+    (the fold fits of one process) use each block before the next is gathered.
+    """
+
+    def __init__(self) -> None:
+        self._flat: np.ndarray | None = None
+
+    def __reduce__(self):
+        return PassBuffer, ()          # its contents are scratch: a copy (pickled, sent) starts empty
+
+    def take(self, X: np.ndarray, rows: np.ndarray, **scaling) -> np.ndarray:
+        """:func:`take_rows` ``(X, rows, **scaling)`` into this buffer."""
+        m, d = rows.shape[0], X.shape[1]
+        dtype = np.asarray(X).dtype
+        if self._flat is None or self._flat.dtype != dtype or self._flat.size < m * d:
+            self._flat = None                          # freed before its successor is allocated
+            self._flat = np.empty(m * d, dtype=dtype)
+        return take_rows(X, rows, out=self._flat[:m * d].reshape((m, d), order="F"), **scaling)
 
 
 def _shift_scale(A: np.ndarray, shift: np.ndarray | None, scale: np.ndarray | None) -> None:
