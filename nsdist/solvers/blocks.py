@@ -6,15 +6,17 @@ says why).  :func:`gather_block` builds such a block from 1-D columns -- the
 Dask engine's read of a partition (:mod:`nsdist.data.dense`), optionally
 keeping the rows of the stream order and standardising on the way -- and
 :func:`take_rows` from a matrix already in memory (the in-memory solvers'
-``X[rows]``), so both drivers hand the kernel the same layout and get the
-same model to the bit.  :func:`take_columns` and :func:`put_columns` move the live
-candidates' columns of a weight matrix out of it and back in row-major order.
+``X[rows]``; a fit that gathers every pass does so into one :class:`PassBuffer`),
+so both drivers hand the kernel the same layout and get the same model to the bit.
+:func:`take_columns` and :func:`put_columns` move the live candidates' columns of
+a weight matrix out of it and back in row-major order.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gather_block", "take_rows", "take_columns", "put_columns", "PassBuffer", "TAKE_BYTES", "LONG_ROW", "COLUMN_ROWS"]
+__all__ = ["gather_block", "take_rows", "take_columns", "put_columns", "PassBuffer", "TAKE_BYTES", "LONG_ROW",
+           "COLUMN_ROWS"]
 
 #: :func:`take_rows` gathers a C-ordered matrix this many bytes of rows at a time (at least 256 rows): a chunk
 #: stays in cache while it is written out column by column (1M x 100 float32 rows in stream order: about the
