@@ -162,3 +162,27 @@ def test_the_engine_and_its_workers_do_not_import_scikit_learn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "True"
+
+
+def test_the_chain_tasks_import_the_data_layer_without_ingest_or_text_readers():
+    """A fresh worker unpickling a chain task imports ``nsdist.data`` without the ingest and the text readers
+    (loaded on first use: ``nsdist.data``'s PEP 562 exports), which every fresh-cluster job paid for before its
+    first load; the exports still resolve to the functions."""
+    import subprocess
+    import sys
+
+    lazy = ["nsdist.data.ingest", "nsdist.data.readers", "nsdist.data.sources"]
+    code = (f"import sys; import nsdist.engine.chain, nsdist.engine.holdout; print([m for m in {lazy!r} "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
+    from nsdist.data import ingest, read_csv, read_svmlight
+    from nsdist.data.ingest import ingest as ingest_fn
+    from nsdist.data.readers import read_csv as read_csv_fn, read_svmlight as read_svmlight_fn
+
+    assert (ingest, read_csv, read_svmlight) == (ingest_fn, read_csv_fn, read_svmlight_fn)
+    import nsdist.data
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        nsdist.data.nope
