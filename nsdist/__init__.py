@@ -9,14 +9,11 @@ and ``nsdist --help`` do not pay for importing Dask.
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ._lazy import lazy_exports
 
-#: exported name -> the module defining it
-_EXPORTS = {"NonDecomposableClassifier": "nsdist.estimator", "ingest": "nsdist.api", "train": "nsdist.api",
-            "evaluate": "nsdist.api", "load_model": "nsdist.api"}
+__version__ = "0.1.0"
 
 __all__ = ["NonDecomposableClassifier", "ingest", "train", "evaluate", "load_model", "__version__"]
 
@@ -24,14 +21,8 @@ if TYPE_CHECKING:
     from .api import evaluate, ingest, load_model, train
     from .estimator import NonDecomposableClassifier
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nsdist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), {"NonDecomposableClassifier": "nsdist.estimator", "ingest": "nsdist.api",
+                                       "train": "nsdist.api", "evaluate": "nsdist.api", "load_model": "nsdist.api"})
 
 
 def __dir__() -> list[str]:
