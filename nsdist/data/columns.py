@@ -29,16 +29,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import scipy.sparse as sp
 
 from nsdist._names import NameRange, names_from_json, names_to_json
+from nsdist._sparse import scipy_sparse
 from nsdist._validation import as_pm1_labels
 from nsdist.data.dense import column_numpy
 from nsdist.data.labels import LabelRule, LabelValues, clean_strings
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["FeatureSchema"]
 
@@ -263,7 +266,7 @@ class FeatureSchema:
             row = _first(column.is_null().to_numpy(zero_copy_only=False))
             raise ValueError(f"{where}: row {row}: label column {self.label!r} is missing (null)")
         if self.positive is None and _is_text(column.type):
-            raise class_names_error(where, self.label, pc.unique(column.slice(0, 10_000)).to_pylist())
+            raise class_names_error(where, self.label, column.slice(0, 10_000).unique().to_pylist())
         return self.codes(column, lambda i: f"{where}: row {i}", name=self.label, where=where)
 
     def codes(self, values: pa.Array | pa.ChunkedArray, row: Callable[[int], str], *, name: str,
@@ -272,7 +275,7 @@ class FeatureSchema:
         ``positive`` values against the rest, else the encodings ``{-1, +1}``, ``{0, 1}``, bool.  ``row(i)``
         names row ``i`` in a message about it, ``name`` the values' array, ``where`` their file."""
         if self.positive is not None:
-            text = pc.cast(values, pa.string())
+            text = values.cast(pa.string())
             text = clean_strings(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
             return LabelRule(self.positive).classify(text, row)[0]
         try:
@@ -311,7 +314,7 @@ class FeatureSchema:
                     if chunk.null_count:
                         row = offset + _first(chunk.is_null().to_numpy(zero_copy_only=False))
                         raise ValueError(f"{where}: row {row}: feature {name!r} is missing (null)")
-                    out[offset:offset + len(chunk), j] = pc.cast(chunk, target, safe=False).to_numpy()
+                    out[offset:offset + len(chunk), j] = chunk.cast(target, safe=False).to_numpy()
                     offset += len(chunk)
         else:
             self._fill_vector(table.column(self.columns[0][0]), out, target, where)
@@ -319,7 +322,7 @@ class FeatureSchema:
         if not finite.all():
             row, j = np.argwhere(~finite)[0]
             raise ValueError(f"{where}: row {row}: feature {self.names[j]!r} = {out[row, j]} is not finite")
-        return sp.csr_matrix(out) if sparse else out
+        return scipy_sparse().csr_matrix(out) if sparse else out
 
     def _fill_vector(self, column: pa.ChunkedArray, out: np.ndarray, target: pa.DataType,
                      where: str) -> None:
@@ -332,7 +335,7 @@ class FeatureSchema:
                     _first(values.is_null().to_numpy(zero_copy_only=False)) // d
                 raise ValueError(f"{where}: row {offset + row}: feature vector {column._name!r} "
                                  "holds a missing (null) value")
-            out[offset:offset + len(chunk)] = pc.cast(values, target, safe=False).to_numpy().reshape(-1, d)
+            out[offset:offset + len(chunk)] = values.cast(target, safe=False).to_numpy().reshape(-1, d)
             offset += len(chunk)
 
     def _sparse_matrix(self, table: pa.Table, dtype: np.dtype, where: str) -> sp.csr_matrix:

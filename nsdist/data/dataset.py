@@ -25,16 +25,16 @@ import posixpath
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import scipy.sparse as sp
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from nsdist._names import NameRange, names_to_json
+from nsdist._sparse import issparse
 from nsdist.data import metadata as meta
 from nsdist.data.columns import FeatureSchema
 from nsdist.data.labels import LabelRule, LabelValues
@@ -42,6 +42,9 @@ from nsdist.data.dense import checked_columns
 from nsdist.solvers.blocks import gather_block, take_rows
 from nsdist.data.fs import INCOMPLETE, DataNotFoundError, StorageAccessError, access, display, incomplete, resolve
 from nsdist.solvers.scaling import Scaling
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["PartitionInfo", "Dataset"]
 
@@ -347,7 +350,7 @@ class Dataset:
             rows = None if order is None else order(y)
             if rows is not None:
                 y = y[rows]
-            if not sp.issparse(X):
+            if not issparse(X):
                 return take_rows(X, rows, **({} if scaling is None else scaling.shift_scale())), y
             if rows is not None:
                 X = X[rows]

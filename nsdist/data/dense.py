@@ -36,7 +36,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = ["checked_columns", "numpy_of", "column_numpy"]
 
@@ -76,11 +75,11 @@ def _as_numpy(column: pa.ChunkedArray, target: pa.DataType) -> np.ndarray:
     if len(chunks) == 1:
         chunk = chunks[0]
         if chunk.type != target:
-            chunk = pc.cast(chunk, target, safe=False)
+            chunk = chunk.cast(target, safe=False)
         return numpy_of(chunk)
     if not chunks:
         return np.empty(0, dtype=target.to_pandas_dtype())
-    return np.concatenate([numpy_of(c if c.type == target else pc.cast(c, target, safe=False)) for c in chunks])
+    return np.concatenate([numpy_of(c if c.type == target else c.cast(target, safe=False)) for c in chunks])
 
 
 def _check_nulls(table: pa.Table, names: Sequence[str], where: str) -> None:

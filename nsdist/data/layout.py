@@ -42,11 +42,16 @@ checked with whole-array operations (docs/engine.md §Dataset format).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import scipy.sparse as sp
+
+from nsdist._sparse import issparse, scipy_sparse
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["LAYOUTS", "check_layout", "choose_layout", "arrow_schema", "record_batch",
            "partition_rows", "parquet_options", "ROW_GROUP_NNZ", "DICTIONARY_PAGE_BYTES", "sparse_matrix"]
@@ -101,7 +106,7 @@ def record_batch(X, y: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
     """``(X, y)`` as a batch of ``schema`` (from :func:`arrow_schema`); ``X`` dense or sparse."""
     float_type = schema.field(schema.names[-2]).type
     if schema.names[0] == "indices" and schema.names[1] == "values":
-        X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
+        X = scipy_sparse().csr_matrix(X) if not issparse(X) else X.tocsr()
         if not X.has_sorted_indices:
             X = X.sorted_indices()
         if X.nnz >= 2**31:
@@ -111,7 +116,7 @@ def record_batch(X, y: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
         indices = pa.ListArray.from_arrays(offsets, pa.array(X.indices, type=index_type))
         values = pa.ListArray.from_arrays(offsets, pa.array(X.data.astype(float_type.value_type.to_pandas_dtype(), copy=False)))
         return pa.RecordBatch.from_arrays([indices, values, pa.array(y, pa.int8())], schema=schema)
-    if sp.issparse(X):
+    if issparse(X):
         X = X.toarray(order="F")
     X = np.asarray(X, dtype=float_type.to_pandas_dtype())
     return pa.RecordBatch.from_arrays([pa.array(X[:, j]) for j in range(X.shape[1])]
@@ -245,7 +250,7 @@ def sparse_matrix(table: pa.Table, n_features: int, dtype=np.float64, where: str
             j = int(cols[t])
             name = names[j] if names is not None else f"x{j}"
             raise ValueError(f"{where}: row {row_of(t)}: feature {name!r} = {values[t]} is not finite")
-    X = sp.csr_matrix((values, cols, indptr.astype(itype, copy=False)), shape=(n, d), copy=False)
+    X = scipy_sparse().csr_matrix((values, cols, indptr.astype(itype, copy=False)), shape=(n, d), copy=False)
     X.has_sorted_indices = X.has_canonical_format = True       # checked above: scipy need not scan again
     return X
 

@@ -29,16 +29,20 @@ import lzma
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import scipy.sparse as sp
 from fsspec.spec import AbstractFileSystem
 
+from nsdist._sparse import scipy_sparse
 from nsdist.data.fs import DataNotFoundError, display, resolve
 from nsdist.data.labels import LabelRule, LabelValues, as_number, clean_strings
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS", "TextBlock", "text_blocks", "check_chunk_rows",
@@ -182,7 +186,7 @@ class SvmlightRows:
         """``(n, n_features)`` CSR matrix with 0-based columns ``indices - 1``; the file's
         entries exactly as written (an explicit ``j:0`` stays a stored zero)."""
         itype = np.int32 if max(n_features, len(self.indices)) < 2**31 else np.int64
-        return sp.csr_matrix((self.values.astype(dtype), (self.indices - 1).astype(itype),
+        return scipy_sparse().csr_matrix((self.values.astype(dtype), (self.indices - 1).astype(itype),
                               self.indptr.astype(itype)), shape=(len(self.labels), n_features), copy=False)
 
     def to_dense(self, n_features: int, dtype=np.float64) -> np.ndarray:

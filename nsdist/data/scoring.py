@@ -17,17 +17,19 @@ Sparse Parquet: the label column and ``keep`` columns are copied.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import scipy.sparse as sp
 
 from nsdist.data.dataset import Dataset, _read_footer
 from nsdist.data.fs import resolve
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
 from nsdist.data.sources import infer_format
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["is_svmlight", "sparse_input_format", "sparse_rows", "score_sparse"]
 

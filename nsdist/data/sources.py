@@ -32,20 +32,23 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import scipy.sparse as sp
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import infer_compression
 
 from nsdist._names import NameRange
+from nsdist._sparse import issparse, scipy_sparse
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import DataNotFoundError, display, resolve
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import CsvLayout, TextBlock, parse_csv, parse_svmlight, text_blocks
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["FORMATS", "infer_format", "open_source", "Summary", "Source",
            "SvmlightSource", "CsvSource", "ParquetSource"]
@@ -262,7 +265,7 @@ class CsvSource(TextFileSource):
                 cc.append(np.full(len(nz), column, dtype=np.int64))
                 vv.append(values[nz])
                 column += 1
-        X = sp.csr_matrix((np.concatenate(vv).astype(dtype), (np.concatenate(rr), np.concatenate(cc))),
+        X = scipy_sparse().csr_matrix((np.concatenate(vv).astype(dtype), (np.concatenate(rr), np.concatenate(cc))),
                           shape=(n, column))
         X.sort_indices()
         return X
@@ -308,7 +311,7 @@ class ParquetSource:
 
     def encode(self, block: int, dtype: np.dtype) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         X, y = self.dataset.read_partition(block, dtype=dtype)
-        return (X if sp.issparse(X) else np.asfortranarray(X)), y
+        return (X if issparse(X) else np.asfortranarray(X)), y
 
     def describe(self) -> dict:
         return {"source": {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint},

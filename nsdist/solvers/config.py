@@ -39,9 +39,9 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .. import losses
+from .._sparse import issparse
 from .._validation import check_beta, resolve_k
 from ..losses.base import Loss
 from .kernel import Population
@@ -159,7 +159,7 @@ def mean_sq_norm(X) -> float:
     """``E||x||^2`` over the rows of ``X`` (dense or sparse): the natural step scale is its inverse."""
     if X.shape[0] == 0:
         return float("nan")
-    if sp.issparse(X):
+    if issparse(X):
         return float(X.multiply(X).sum(dtype=np.float64) / X.shape[0])
     return float(np.einsum("ij,ij->", X, X, dtype=np.float64) / X.shape[0])
 
@@ -422,7 +422,7 @@ class TrainConfig:
     def scaling_for(self, X, rows: np.ndarray | None = None) -> Scaling | None:
         """The feature scaling of a run trained on the rows ``X`` (``rows``: on ``X[rows]``; None:
         ``standardize=False``)."""
-        return self.scaling_of(moments_of(X, rows=rows), sparse=sp.issparse(X))
+        return self.scaling_of(moments_of(X, rows=rows), sparse=issparse(X))
 
     def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
         """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
+from .._sparse import issparse
 from .kernel import stack_rows
 
 __all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "merge_moments", "row_moments", "moments_of",
@@ -53,7 +53,7 @@ class Scaling:
         ValueError
             For a sparse ``X`` with a centring scaling (it would densify).
         """
-        if sp.issparse(X):
+        if issparse(X):
             if self.centered and np.any(self.mean):
                 raise ValueError("cannot centre a sparse matrix (it would densify); use a scale-only "
                                  "Scaling (feature_scaling(..., center=False))")
@@ -102,7 +102,7 @@ def scaling_from_rows(X, *, center: bool | None = None) -> Scaling:
     ``center`` defaults to not ``sparse``.  Any scaling is a valid
     preconditioner -- the trained model is folded back exactly.
     """
-    center = not sp.issparse(X) if center is None else center
+    center = not issparse(X) if center is None else center
     return scaling_from_moments(*moments_of(X), center=center)
 
 
@@ -136,7 +136,7 @@ def merge_moments(parts: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[int,
 def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
     """Row count, mean and sum of squared deviations of every column of ``X`` (dense or sparse)."""
     n = X.shape[0]
-    if sp.issparse(X):
+    if issparse(X):
         X = X.tocsr()                           # CSR: ``indices`` are the columns
         d = X.shape[1]
         col = X.indices
