@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import warnings
 from dataclasses import replace
 from typing import Callable
@@ -22,7 +21,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ._threads import on_one_blas_thread
-from .solvers.config import DEFAULTS, SOLVERS, STREAMING, TrainConfig, mean_sq_norm
+from .solvers.config import DEFAULTS, SOLVERS, TrainConfig, mean_sq_norm
 from .solvers.cp import cutting_plane
 from .solvers.defaults import default_eta
 from .solvers.ftrl import FTRL, ftrl

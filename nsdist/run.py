@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
 import time
 from typing import TYPE_CHECKING, NamedTuple, Sequence

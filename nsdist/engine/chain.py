@@ -431,7 +431,6 @@ class PartitionChain:
                     gate = gates[0] if len(gates) == gates.maxlen else None
                     results = []
                     for i in range(nxt, end + 1):
-                        s = steps[i]
                         block = self._load(ds, spec, i, gate, file_order, load_token,
                                            **(first_load if i == self._pos else {}))
                         if i in self.keep_loads:

@@ -35,7 +35,7 @@ from .history import History, Recorder, Validate
 from .blocks import take_rows
 from .kernel import Population, SGDState, aligned, epoch_slices, run_epochs
 from .order import reservoir_keys, top_k_indices
-from .plan import Holdout, Step, schedule, stream_order, training_rows
+from .plan import Step, schedule, stream_order, training_rows
 
 __all__ = ["SGDResult", "Reservoir", "rare_label", "one_pass_mb", "two_pass_mb", "run_block", "drive",
            "Segment"]
