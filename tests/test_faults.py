@@ -250,7 +250,7 @@ def test_ingest_with_a_worker_sigkilled_mid_phase_writes_the_identical_dataset(d
     undisturbed one."""
     import threading
 
-    from nsdist.data.ingest import ingest
+    from nsdist.data.ingestion import ingest
 
     src = repo_data / "letter" / "letter-recognition.data"
     options = dict(format="csv", label_column=0, positive="N", chunk_rows=2000,

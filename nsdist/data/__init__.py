@@ -15,10 +15,11 @@ from nsdist.data.fs import DataNotFoundError
 __all__ = ["Dataset", "PartitionInfo", "DataNotFoundError", "ingest", "read_csv", "read_svmlight"]
 
 if TYPE_CHECKING:
-    from nsdist.data.ingest import ingest
+    from nsdist.data.ingestion import ingest
     from nsdist.data.readers import read_csv, read_svmlight
 
 # loaded on first use: a Dask worker reading partitions imports nsdist.data without the ingest and the text
-# readers (and their imports), which a fresh worker paid for before every job's first load
-__getattr__ = lazy_exports(globals(), {"ingest": "nsdist.data.ingest", "read_csv": "nsdist.data.readers",
+# readers (and their imports), which a fresh worker paid for before every job's first load.  No submodule may be
+# named like an export: importing it would rebind the package's attribute to the module (hence ``ingestion``)
+__getattr__ = lazy_exports(globals(), {"ingest": "nsdist.data.ingestion", "read_csv": "nsdist.data.readers",
                                        "read_svmlight": "nsdist.data.readers"})

@@ -101,7 +101,7 @@ class Dataset:
     schema : FeatureSchema
         Layout, label column and feature names, fixed by the first file.
     metadata : dict
-        The nsdist metadata written by ingest (see :func:`nsdist.data.ingest.ingest`),
+        The nsdist metadata written by ingest (see :func:`nsdist.data.ingestion.ingest`),
         if any, updated with values derived from the files: ``layout``,
         ``label_column``, ``feature_names``, ``n_features``, ``num_rows``,
         ``num_partitions`` and ``fingerprint``. The class counts (``positives``,

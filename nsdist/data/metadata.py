@@ -3,7 +3,7 @@
 An ingested dataset carries the same JSON object twice: in every Parquet file's
 schema metadata under the key ``b"nsdist"`` (so a single file is self-describing)
 and, with a per-partition listing added, in the sidecar file ``_nsdist.json`` at
-the dataset root. See :func:`nsdist.data.ingest.ingest` for the fields.
+the dataset root. See :func:`nsdist.data.ingestion.ingest` for the fields.
 """
 from __future__ import annotations
 

@@ -325,7 +325,7 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
                 categorical: Categorical = (), header: bool | None = None,
                 n_features: int | None = None, storage_options: Mapping[str, Any] | None = None
                 ) -> Source:
-    """Resolve ``src`` and the format options of :func:`nsdist.data.ingest.ingest` into a source.
+    """Resolve ``src`` and the format options of :func:`nsdist.data.ingestion.ingest` into a source.
 
     Raises
     ------

@@ -20,29 +20,13 @@ module                    holds
 :mod:`.defaults`          the baselines' fixed step scale (PSG, FTRL)
 ========================  =============================================================
 """
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from .._lazy import lazy_exports
+from .cp import CPResult, cutting_plane
+from .ftrl import FTRL, ftrl
+from .history import History, HistoryRecord
+from .psg import PSGResult, psg
+from .sgd import Reservoir, SGDResult, one_pass_mb, two_pass_mb
 
 __all__ = [
     "one_pass_mb", "two_pass_mb", "psg", "cutting_plane", "ftrl", "FTRL",
     "SGDResult", "PSGResult", "CPResult", "Reservoir", "History", "HistoryRecord",
 ]
-
-if TYPE_CHECKING:
-    from .cp import CPResult, cutting_plane
-    from .ftrl import FTRL, ftrl
-    from .history import History, HistoryRecord
-    from .psg import PSGResult, psg
-    from .sgd import Reservoir, SGDResult, one_pass_mb, two_pass_mb
-
-# loaded on first use: a Dask worker stepping the chain imports the kernel and the plan, not the baselines
-__getattr__ = lazy_exports(globals(), {
-    **dict.fromkeys(("CPResult", "cutting_plane"), f"{__name__}.cp"),
-    **dict.fromkeys(("FTRL", "ftrl"), f"{__name__}.ftrl"),
-    **dict.fromkeys(("History", "HistoryRecord"), f"{__name__}.history"),
-    **dict.fromkeys(("PSGResult", "psg"), f"{__name__}.psg"),
-    **dict.fromkeys(("Reservoir", "SGDResult", "one_pass_mb", "two_pass_mb"), f"{__name__}.sgd"),
-})
