@@ -188,20 +188,6 @@ def test_the_chain_tasks_import_the_data_layer_without_ingest_or_text_readers():
         nsdist.data.nope
 
 
-def _loaded_probe():
-    """A function returning the modules of its process whose names start with one of its ``prefixes``, sent
-    to the workers by value: a function of this module would make them import it (and with it ``nsdist.api``,
-    scipy and the rest)."""
-    namespace: dict = {}
-    exec("def loaded(prefixes):\n"
-         "    import sys\n"
-         "    return sorted(m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in prefixes))\n",
-         namespace)
-    probe = namespace["loaded"]
-    probe.__module__ = "__main__"           # cloudpickle sends __main__'s functions by value
-    return probe
-
-
 def test_no_lazy_export_is_named_like_a_submodule_of_its_package():
     """A package's lazy export named like one of its submodules becomes that module once the submodule is
     imported (the import system sets the package's attribute): ``from nsdist import ingest`` gave the module
@@ -255,7 +241,10 @@ def test_a_fresh_worker_of_a_dense_job_imports_neither_scipy_nor_the_ingest(tmp_
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
             Client(lc) as c:
         nsdist.train(str(dense), client=c, **fixed)
-        loaded = _loaded_probe()
+        # a lambda: cloudpickle sends it by value (a function of this module would make the worker import the
+        # module, and with it nsdist.api, scipy and the rest)
+        loaded = lambda prefixes: sorted(m for m in __import__("sys").modules
+                                         if any(m == p or m.startswith(p + ".") for p in prefixes))
         assert list(c.run(loaded, heavy).values()) == [[]]
         model = nsdist.train(str(sparse), client=c, **fixed)
         assert "scipy.sparse" in next(iter(c.run(loaded, ["scipy"]).values()))
