@@ -20,7 +20,7 @@ from dask.base import tokenize
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
 from .data import Dataset, ingest
-from .engine.chain import ChainConfig, ChainProgress, PartitionChain
+from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
@@ -314,8 +314,14 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         log.info("learning curve: the measure on %d monitor rows as the model trains (never trained or selected on)",
                  watch.y.shape[0])
 
+    # a dataset read more than once whose rows fit in a quarter of the workers' memory is read once and kept
+    dense_bytes = sum(p.num_rows for p in ds.partitions) * ds.n_features * np.dtype(dtype).itemsize
+    cache = ds.schema.layout != "sparse" and len({s.pass_index for s in steps[start:]}) > 1 and cache_fits(c, dense_bytes)
+    if cache:
+        log.info("partition cache: the %d partitions (%.0f MB as %s) are read once and kept on the workers "
+                 "for the job's passes", len(ds.partitions), dense_bytes / 1e6, dtype)
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
-                           elapsed_offset=offset, keep_loads=frozenset(keep),
+                           elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache,
                            on_loads_done=None if sample is None or keep else sample.prefetch)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,

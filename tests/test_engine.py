@@ -23,7 +23,7 @@ from distributed import Client, LocalCluster, get_task_stream
 import nsdist
 from nsdist import metrics
 from nsdist.api import evaluate, open_dataset, train
-from nsdist.engine.chain import ChainConfig, PartitionChain
+from nsdist.engine.chain import CACHE_KEY, CACHE_SHARE, ChainConfig, PartitionChain, cache_fits
 from nsdist.engine.evaluate import sortable_keys
 from nsdist.model import LinearModel
 from nsdist.solvers.config import TrainConfig
@@ -474,6 +474,47 @@ def test_next_segments_loads_start_before_its_check_and_are_read_once(cluster, t
                                                                                     0, 20)
     np.testing.assert_array_equal(state.W, whole.W)
     np.testing.assert_array_equal(state.W_sum, whole.W_sum)
+
+
+@pytest.mark.parametrize("standardize", [True, False])
+def test_partition_cache_reads_each_file_once_and_gives_the_same_model(cluster, letter_parquet, standardize, caplog):
+    """docs/engine.md §Partition cache: a job of several passes over data that fits keeps each partition on
+    the workers as read and scaled, and gathers every pass's rows from it -- each file is read once, not
+    once a pass -- and its model is the uncached job's bit for bit (scaling is elementwise, so scaling
+    then gathering gives what gathering then scaling gives)."""
+    url, X, y = letter_parquet
+    params = dict(measure="pauc", solver="1pmb", eta=0.05, n_passes=3, random_state=5, standardize=standardize)
+
+    def computed(prefix: str, since: float) -> list[str]:
+        log = cluster.run_on_scheduler(_scheduler_transitions, prefix=prefix, since=since)
+        return [key for key, _, finish, _ in log if finish == "memory"]
+
+    since = cluster.run_on_scheduler(time.time)
+    with caplog.at_level("INFO", logger="nsdist"):
+        cached = train(url, client=cluster, **params)
+    assert len(computed("nsdist-kept-", since)) == 4                  # 4 files, read once for 3 passes
+    assert len(computed("nsdist-load-", since)) == 12                 # a block a pass, gathered from them
+    assert "partition cache: the 4 partitions" in caplog.text
+    assert cluster.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks
+                                                            if str(k).startswith("nsdist-kept-")]) == []
+    since = cluster.run_on_scheduler(time.time)
+    with dask.config.set({CACHE_KEY: False}):
+        plain = train(url, client=cluster, **params)
+    assert computed("nsdist-kept-", since) == []
+    np.testing.assert_array_equal(cached.coef, plain.coef)
+    assert cached.intercept == plain.intercept
+    since = cluster.run_on_scheduler(time.time)
+    one_pass = train(url, client=cluster, **{**params, "n_passes": 1})    # nothing read twice: nothing kept
+    assert one_pass.history["passes"] == 1 and computed("nsdist-kept-", since) == []
+    assert len(computed("nsdist-load-", since)) == 4
+
+
+def test_cache_fits_a_quarter_of_the_workers_memory(cluster):
+    limits = [w["memory_limit"] for w in cluster.scheduler_info()["workers"].values()]
+    assert cache_fits(cluster, int(CACHE_SHARE * sum(limits)))
+    assert not cache_fits(cluster, int(CACHE_SHARE * sum(limits)) + 1)
+    with dask.config.set({CACHE_KEY: False}):
+        assert not cache_fits(cluster, 1)
 
 
 def test_evaluate_equals_in_memory_metrics_with_ties(cluster, tmp_path, letter):

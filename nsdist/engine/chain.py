@@ -6,6 +6,9 @@ stream plan (pass ``p``, partition ``j``; :func:`nsdist.solvers.plan.schedule`):
     block_i = load(j, p)                   # on some worker; rows: plan.block_rows(seed, p, j)
     state_i = run_epochs(state_{i-1}, block_i)   # where block_i lives; only the models move
 
+(A dataset read in several passes that fits the workers' memory is read once, and each
+load gathers its rows from the partition kept: :attr:`PartitionChain.cache`.)
+
 The driver submits the load and the step of the next ``prefetch`` partitions
 ahead of the chain, so the chain never waits for a round trip to the driver,
 and at most ``prefetch + 1`` partitions are in memory at once, however large
@@ -27,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+import dask
 import numpy as np
 from dask.base import tokenize
 from dask.sizeof import sizeof
@@ -36,13 +40,14 @@ from .._faults import MAX_RESTARTS, cancel_quietly, is_transient
 from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.config import TrainConfig
+from ..solvers.blocks import take_rows
 from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_states, run_epochs
 from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .reservoir import Reservoir
 from .scaling import Scaling
 
-__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "step_block", "mix_round",
-           "state_bytes", "with_alive", "segment_change", "zero_state"]
+__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_kept", "step_block", "mix_round",
+           "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits", "CACHE_SHARE", "CACHE_KEY"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -72,11 +77,13 @@ class ChainConfig:
 
 
 def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None,
-               file_order: bool = False):
+               file_order: bool = False, kept: tuple[np.ndarray, np.ndarray] | None = None):
     """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
 
     ``after`` is not used: a result the load must wait for (:meth:`PartitionChain.run`'s gate).
     ``file_order``: only full-batch candidates train, and the rows stay in file order (:mod:`nsdist.solvers.plan`).
+    ``kept``: the partition's rows as :func:`read_kept` made them (the chain's cache): only the pass's rows
+    are gathered from them, instead of reading the file.
 
     One gathering copy (:meth:`Dataset.read_block`): the same values, to the bit, as
     ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``, in the kernel's (Fortran) order.
@@ -88,7 +95,18 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
                           random_state=c.random_state, shuffle=c.shuffle and not file_order, holdout=cfg.holdout,
                           stream_label=cfg.stream_label)
 
-    return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
+    if kept is None:
+        return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
+    X, y = kept
+    rows = order(y)
+    return take_rows(X, rows), y[rows]
+
+
+def read_kept(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of one partition, read, checked and scaled, in the kernel's (Fortran) order: what the chain's
+    cache keeps on a worker across passes (runs on a worker).  Scaling is elementwise, so gathering a pass's
+    rows from it (:func:`load_block`) gives the values :meth:`Dataset.read_block` gives, to the bit."""
+    return dataset.read_block(partition, dtype=cfg.dtype, scaling=cfg.scaling)
 
 
 @on_one_blas_thread
@@ -238,6 +256,23 @@ def state_bytes(state: SGDState) -> int:
 GATHER_BYTES = 1 << 20
 
 
+#: the chain keeps the dataset's partitions on the workers (:attr:`PartitionChain.cache`) when their bytes are at
+#: most this share of the workers' memory limits summed: a pass's loaded blocks, the states and Arrow's buffers
+#: need the rest, and Dask places the reads unevenly (docs/engine.md §Partition cache)
+CACHE_SHARE = 0.25
+#: the Dask configuration key that turns the cache off (``dask.config.set({CACHE_KEY: False})``)
+CACHE_KEY = "nsdist.partition-cache"
+
+
+def cache_fits(client: Client, nbytes: int) -> bool:
+    """Whether ``nbytes`` of read partitions may stay on ``client``'s workers for a job: at most
+    :data:`CACHE_SHARE` of their memory limits summed (none unlimited), unless :data:`CACHE_KEY` is False."""
+    if not dask.config.get(CACHE_KEY, True):
+        return False
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    return bool(limits) and all(limits) and nbytes <= CACHE_SHARE * sum(limits)
+
+
 @dataclass
 class PartitionChain:
     """Drive the stream plan's steps over ``dataset`` on ``client``.
@@ -282,6 +317,11 @@ class PartitionChain:
         segment (and when ``ChainProgress.state`` is read); after the other
         steps only their statistics come back, and a failure redoes the
         segment's steps from its start (the same numbers).
+    cache : bool
+        Keep each partition on the workers as first read and scaled (:func:`read_kept`)
+        and gather every pass's block from it instead of reading the file again
+        (docs/engine.md §Partition cache; :func:`cache_fits` says when the data
+        fits).  The same blocks to the bit; released by :meth:`release`.
     """
 
     client: Client
@@ -298,10 +338,13 @@ class PartitionChain:
     keep_loads: frozenset[int] = frozenset()
     stats: list[np.ndarray] = field(default_factory=list)
     elapsed_offset: float = 0.0
+    cache: bool = False
 
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
         self.kept: dict[int, Future] = {}
+        self._kept: dict[int, Future] = {}       # partition -> its rows as read and scaled (the cache)
+        self._kept_reads = 0                     # how many times the cache was dropped: a new cache, new keys
         self._res_future = None
         self._spec, self._spec_cols = None, None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
@@ -340,16 +383,27 @@ class PartitionChain:
                             self._pos + 1, len(self.steps), type(exc).__name__, exc, restarts, self.max_restarts)
                 self._spec = None                    # a lost worker may have held the scattered config
                 self._tail = None                    # ... or the segment's starting state: send the fetched one
+                self._drop_kept()                    # ... and the cached reads depend on the dataset's future
                 if self.reservoir is not None:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
 
     def release(self) -> None:
-        """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
+        """Drop the loads submitted ahead for a segment that will not run (the job stopped early) and the
+        cached partitions (the job is over)."""
         ahead, self._ahead = self._ahead, []
         self._gates = (None, [])
         self._tail = None
         cancel_quietly(self.client, ahead)
+        self._drop_kept()
+
+    def _drop_kept(self) -> None:
+        """Let the cached partitions go; a later read keys them anew (a cancelled key submitted again at once
+        can find the scheduler still forgetting it)."""
+        kept, self._kept = list(self._kept.values()), {}
+        if kept:
+            self._kept_reads += 1
+        cancel_quietly(self.client, kept)
 
     def _run_from(self) -> None:
         cfg, client, steps = self.cfg, self.client, self.steps
@@ -495,9 +549,19 @@ class PartitionChain:
 
     def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,
               **where) -> Future:
-        """Submit step ``i``'s load (or find the one submitted ahead of a check: the same key)."""
-        s = self.steps[i]
-        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order,
+        """Submit step ``i``'s load (or find the one submitted ahead of a check: the same key); with the
+        cache, gathered from the partition's kept rows, read once (their key names the files, the dtype and
+        the scaling: not the candidates, which a check narrows)."""
+        s, kept = self.steps[i], None
+        if self.cache:
+            kept = self._kept.get(s.block)
+            if kept is None:
+                scaling = None if self.cfg.scaling is None else (self.cfg.scaling.mean, self.cfg.scaling.scale)
+                key = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                               self.cfg.dtype, scaling, s.block, self._kept_reads)
+                kept = self._kept[s.block] = self.client.submit(read_kept, ds, s.block, spec,
+                                                                key=f"nsdist-kept-{key}", retries=2, **where)
+        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, kept,
                                   key=f"nsdist-load-{token}-{i}", retries=2, **where)
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
