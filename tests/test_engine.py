@@ -492,20 +492,20 @@ def test_partition_cache_reads_each_file_once_and_gives_the_same_model(cluster, 
     since = cluster.run_on_scheduler(time.time)
     with caplog.at_level("INFO", logger="nsdist"):
         cached = train(url, client=cluster, **params)
-    assert len(computed("nsdist-kept-", since)) == 4                  # 4 files, read once for 3 passes
+    assert len(computed("nsdist-cached-", since)) == 4                  # 4 files, read once for 3 passes
     assert len(computed("nsdist-load-", since)) == 12                 # a block a pass, gathered from them
     assert "partition cache: the 4 partitions" in caplog.text
     assert cluster.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks
-                                                            if str(k).startswith("nsdist-kept-")]) == []
+                                                            if str(k).startswith("nsdist-cached-")]) == []
     since = cluster.run_on_scheduler(time.time)
     with dask.config.set({CACHE_KEY: False}):
         plain = train(url, client=cluster, **params)
-    assert computed("nsdist-kept-", since) == []
+    assert computed("nsdist-cached-", since) == []
     np.testing.assert_array_equal(cached.coef, plain.coef)
     assert cached.intercept == plain.intercept
     since = cluster.run_on_scheduler(time.time)
     one_pass = train(url, client=cluster, **{**params, "n_passes": 1})    # nothing read twice: nothing kept
-    assert one_pass.history["passes"] == 1 and computed("nsdist-kept-", since) == []
+    assert one_pass.history["passes"] == 1 and computed("nsdist-cached-", since) == []
     assert len(computed("nsdist-load-", since)) == 4
 
 

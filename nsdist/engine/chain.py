@@ -46,7 +46,7 @@ from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .reservoir import Reservoir
 from .scaling import Scaling
 
-__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_kept", "step_block", "mix_round",
+__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_cached", "step_block", "mix_round",
            "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits", "CACHE_SHARE", "CACHE_KEY"]
 
 log = logging.getLogger("nsdist.engine")
@@ -77,13 +77,13 @@ class ChainConfig:
 
 
 def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None,
-               file_order: bool = False, kept: tuple[np.ndarray, np.ndarray] | None = None):
+               file_order: bool = False, cached: tuple[np.ndarray, np.ndarray] | None = None):
     """Read one partition and keep its training rows in the pass's stream order, scaled (runs on a worker).
 
     ``after`` is not used: a result the load must wait for (:meth:`PartitionChain.run`'s gate).
     ``file_order``: only full-batch candidates train, and the rows stay in file order (:mod:`nsdist.solvers.plan`).
-    ``kept``: the partition's rows as :func:`read_kept` made them (the chain's cache): only the pass's rows
-    are gathered from them, instead of reading the file.
+    ``cached``: the partition's rows as :func:`read_cached` made them (the chain's cache): only the pass's
+    rows are gathered from them, instead of reading the file.
 
     One gathering copy (:meth:`Dataset.read_block`): the same values, to the bit, as
     ``read_partition``, ``X[rows]`` and ``cfg.scaling.apply``, in the kernel's (Fortran) order.
@@ -95,14 +95,14 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
                           random_state=c.random_state, shuffle=c.shuffle and not file_order, holdout=cfg.holdout,
                           stream_label=cfg.stream_label)
 
-    if kept is None:
+    if cached is None:
         return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
-    X, y = kept
+    X, y = cached
     rows = order(y)
     return take_rows(X, rows), y[rows]
 
 
-def read_kept(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
+def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
     """Every row of one partition, read, checked and scaled, in the kernel's (Fortran) order: what the chain's
     cache keeps on a worker across passes (runs on a worker).  Scaling is elementwise, so gathering a pass's
     rows from it (:func:`load_block`) gives the values :meth:`Dataset.read_block` gives, to the bit."""
@@ -318,7 +318,7 @@ class PartitionChain:
         steps only their statistics come back, and a failure redoes the
         segment's steps from its start (the same numbers).
     cache : bool
-        Keep each partition on the workers as first read and scaled (:func:`read_kept`)
+        Keep each partition on the workers as first read and scaled (:func:`read_cached`)
         and gather every pass's block from it instead of reading the file again
         (docs/engine.md §Partition cache; :func:`cache_fits` says when the data
         fits).  The same blocks to the bit; released by :meth:`release`.
@@ -343,8 +343,8 @@ class PartitionChain:
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
         self.kept: dict[int, Future] = {}
-        self._kept: dict[int, Future] = {}       # partition -> its rows as read and scaled (the cache)
-        self._kept_reads = 0                     # how many times the cache was dropped: a new cache, new keys
+        self._cached: dict[int, Future] = {}     # partition -> its rows as read and scaled (the cache)
+        self._cache_reads = 0                    # how many times the cache was dropped: a new cache, new keys
         self._res_future = None
         self._spec, self._spec_cols = None, None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
@@ -383,7 +383,7 @@ class PartitionChain:
                             self._pos + 1, len(self.steps), type(exc).__name__, exc, restarts, self.max_restarts)
                 self._spec = None                    # a lost worker may have held the scattered config
                 self._tail = None                    # ... or the segment's starting state: send the fetched one
-                self._drop_kept()                    # ... and the cached reads depend on the dataset's future
+                self._drop_cache()                    # ... and the cached reads depend on the dataset's future
                 if self.reservoir is not None:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
@@ -395,15 +395,15 @@ class PartitionChain:
         self._gates = (None, [])
         self._tail = None
         cancel_quietly(self.client, ahead)
-        self._drop_kept()
+        self._drop_cache()
 
-    def _drop_kept(self) -> None:
-        """Let the cached partitions go; a later read keys them anew (a cancelled key submitted again at once
-        can find the scheduler still forgetting it)."""
-        kept, self._kept = list(self._kept.values()), {}
-        if kept:
-            self._kept_reads += 1
-        cancel_quietly(self.client, kept)
+    def _drop_cache(self) -> None:
+        """Let the cached partitions go; a later read, and the loads from it, are keyed anew (a cancelled key
+        submitted again at once can find the scheduler still forgetting it, with its old dependencies)."""
+        cached, self._cached = list(self._cached.values()), {}
+        if cached:
+            self._cache_reads += 1
+        cancel_quietly(self.client, cached)
 
     def _run_from(self) -> None:
         cfg, client, steps = self.cfg, self.client, self.steps
@@ -552,17 +552,18 @@ class PartitionChain:
         """Submit step ``i``'s load (or find the one submitted ahead of a check: the same key); with the
         cache, gathered from the partition's kept rows, read once (their key names the files, the dtype and
         the scaling: not the candidates, which a check narrows)."""
-        s, kept = self.steps[i], None
+        s, cached, key = self.steps[i], None, f"nsdist-load-{token}-{i}"
         if self.cache:
-            kept = self._kept.get(s.block)
-            if kept is None:
+            cached = self._cached.get(s.block)
+            if cached is None:
                 scaling = None if self.cfg.scaling is None else (self.cfg.scaling.mean, self.cfg.scaling.scale)
-                key = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                               self.cfg.dtype, scaling, s.block, self._kept_reads)
-                kept = self._kept[s.block] = self.client.submit(read_kept, ds, s.block, spec,
-                                                                key=f"nsdist-kept-{key}", retries=2, **where)
-        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, kept,
-                                  key=f"nsdist-load-{token}-{i}", retries=2, **where)
+                name = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                                self.cfg.dtype, scaling, s.block, self._cache_reads)
+                cached = self._cached[s.block] = self.client.submit(read_cached, ds, s.block, spec,
+                                                                    key=f"nsdist-cached-{name}", retries=2, **where)
+            key = f"nsdist-load-{tokenize(token, self._cache_reads)}-{i}"
+        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, cached,
+                                  key=key, retries=2, **where)
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
                 fetch: Callable[[], SGDState] | None) -> None:
