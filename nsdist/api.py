@@ -315,11 +315,13 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
                  watch.y.shape[0])
 
     # a dataset read more than once whose rows fit in a quarter of the workers' memory is read once and kept
-    dense_bytes = sum(p.num_rows for p in ds.partitions) * ds.n_features * np.dtype(dtype).itemsize
-    cache = ds.schema.layout != "sparse" and len({s.pass_index for s in steps[start:]}) > 1 and cache_fits(c, dense_bytes)
+    itemsize, n_rows = np.dtype(dtype).itemsize, sum(p.num_rows for p in ds.partitions)
+    held = (sum(p.nnz for p in ds.partitions) * (itemsize + 4) + n_rows * 8 if ds.schema.layout == "sparse"
+            else n_rows * ds.n_features * itemsize)                         # CSR: values, int32 indices, row pointers
+    cache = len({s.pass_index for s in steps[start:]}) > 1 and cache_fits(c, held)
     if cache:
         log.info("partition cache: the %d partitions (%.0f MB as %s) are read once and kept on the workers "
-                 "for the job's passes", len(ds.partitions), dense_bytes / 1e6, dtype)
+                 "for the job's passes", len(ds.partitions), held / 1e6, dtype)
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache,
                            on_loads_done=None if sample is None or keep else sample.prefetch)
@@ -364,28 +366,31 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     chain.on_step = after_step
     t = time.perf_counter()
     try:
-        state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+        try:
+            state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+        finally:
+            chain.release()
+        phases["chain"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if keep and all(i in chain.kept for i in keep):    # (a resumed run may not have loaded them: read instead)
+            sample.adopt([chain.kept[i] for i in keep])
+        chain.kept.clear()
+        if selection is not None:
+            w, b = selection.model(cfg, *val)
+            if cfg.plug_in:     # the winner's F1-optimal threshold on the sample's rows, as the estimator on its rows
+                b = sample.cut(w, scaling, cfg.measure, None)
+            w, b = raw(w, b)
+        else:       # a ranking model's cut on the sample, in the scaled space as the estimator places it
+            w, b = state.model(0, cfg.average)
+            if not get_measure(cfg.measure).thresholded:
+                b = 0.0
+                if cfg.fit_intercept:
+                    b = sample.cut(w, scaling, cfg.measure, cfg.k if cfg.train_k is None else cfg.train_k)
+            w, b = raw(w, b)
+        if sample is not None:
+            sample.release()
     finally:
-        chain.release()
-    phases["chain"] = time.perf_counter() - t
-    t = time.perf_counter()
-    if keep and all(i in chain.kept for i in keep):    # (a resumed run may not have loaded them: read instead)
-        sample.adopt([chain.kept[i] for i in keep])
-    chain.kept.clear()
-    if selection is not None:
-        w, b = selection.model(cfg, *val)
-        if cfg.plug_in:     # the winner's F1-optimal threshold on the sample's rows, as the estimator on its rows
-            b = sample.cut(w, scaling, cfg.measure, None)
-        w, b = raw(w, b)
-    else:       # a ranking model's cut on the sample, in the scaled space as the estimator places it
-        w, b = state.model(0, cfg.average)
-        if not get_measure(cfg.measure).thresholded:
-            b = 0.0
-            if cfg.fit_intercept:
-                b = sample.cut(w, scaling, cfg.measure, cfg.k if cfg.train_k is None else cfg.train_k)
-        w, b = raw(w, b)
-    if sample is not None:
-        sample.release()
+        chain.drop_cache()      # after the cut: the blocks it adopted were gathered from the cache
     phases["cut"] = time.perf_counter() - t
     if watch is not None and curve:     # the last point: the returned model (F1: at its threshold, placed last)
         curve[-1]["monitor"] = watch.value(w, b, folded=True)

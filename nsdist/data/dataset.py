@@ -76,6 +76,10 @@ class PartitionInfo:
         statistics (None when a row group has none): lets a job see both classes
         without reading a row (:meth:`Dataset.has_both_classes`).  Not part of the
         fingerprint.
+    nnz : int or None
+        The sparse layout's stored entries, from the footer (the ``indices`` column's
+        value count): what its rows take in memory, before any row is read.  None
+        for the other layouts.  Not part of the fingerprint.
     """
 
     path: str
@@ -85,6 +89,7 @@ class PartitionInfo:
     size: int
     fingerprint: str
     label_range: tuple | None = None
+    nnz: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,7 +174,8 @@ class Dataset:
             relative = posixpath.relpath(p, root) if root else posixpath.basename(p)
             partitions.append(PartitionInfo(p, len(partitions), num_rows, offset, size,
                                             meta.sha256_json([relative, size, num_rows]),
-                                            None if schema.positive else _label_range(file_meta, schema.label)))
+                                            None if schema.positive else _label_range(file_meta, schema.label),
+                                            _value_count(file_meta, "indices") if schema.layout == "sparse" else None))
             offset += num_rows
         if not partitions:
             raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
@@ -455,6 +461,12 @@ def _parquet_file(fs: AbstractFileSystem, path: str) -> Iterator[pq.ParquetFile]
     else:
         with access(fs, path, "read"), fs.open(path, "rb") as f:
             yield pq.ParquetFile(f)
+
+
+def _value_count(metadata: pq.FileMetaData, column: str) -> int:
+    """The values a (list) column stores over every row group, from the footer: a sparse file's non-zeros."""
+    k = next(k for k in range(metadata.num_columns) if metadata.schema.column(k).path.split(".")[0] == column)
+    return int(sum(metadata.row_group(r).column(k).num_values for r in range(metadata.num_row_groups)))
 
 
 def _label_range(metadata: pq.FileMetaData, label: str, kinds: tuple = (bool, int, float)) -> tuple | None:

@@ -37,6 +37,7 @@ from dask.sizeof import sizeof
 from distributed import Client, Future
 
 from .._faults import MAX_RESTARTS, cancel_quietly, is_transient
+from .._sparse import issparse
 from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.config import TrainConfig
@@ -99,13 +100,14 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
         return dataset.read_block(partition, dtype=cfg.dtype, order=order, scaling=cfg.scaling)
     X, y = cached
     rows = order(y)
-    return take_rows(X, rows), y[rows]
+    return (X[rows] if issparse(X) else take_rows(X, rows)), y[rows]
 
 
 def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Every row of one partition, read, checked and scaled, in the kernel's (Fortran) order: what the chain's
-    cache keeps on a worker across passes (runs on a worker).  Scaling is elementwise, so gathering a pass's
-    rows from it (:func:`load_block`) gives the values :meth:`Dataset.read_block` gives, to the bit."""
+    """Every row of one partition, read, checked and scaled (dense: in the kernel's Fortran order; sparse:
+    CSR): what the chain's cache keeps on a worker across passes (runs on a worker).  Scaling is elementwise,
+    so gathering a pass's rows from it (:func:`load_block`) gives the values :meth:`Dataset.read_block`
+    gives, to the bit."""
     return dataset.read_block(partition, dtype=cfg.dtype, scaling=cfg.scaling)
 
 
@@ -321,7 +323,7 @@ class PartitionChain:
         Keep each partition on the workers as first read and scaled (:func:`read_cached`)
         and gather every pass's block from it instead of reading the file again
         (docs/engine.md §Partition cache; :func:`cache_fits` says when the data
-        fits).  The same blocks to the bit; released by :meth:`release`.
+        fits).  The same blocks to the bit; released by :meth:`drop_cache`.
     """
 
     client: Client
@@ -383,23 +385,22 @@ class PartitionChain:
                             self._pos + 1, len(self.steps), type(exc).__name__, exc, restarts, self.max_restarts)
                 self._spec = None                    # a lost worker may have held the scattered config
                 self._tail = None                    # ... or the segment's starting state: send the fetched one
-                self._drop_cache()                    # ... and the cached reads depend on the dataset's future
+                self.drop_cache()                    # ... and the cached reads depend on the dataset's future
                 if self.reservoir is not None:
                     self._res_future = self.client.scatter(self.reservoir, broadcast=True)
         return self._state
 
     def release(self) -> None:
-        """Drop the loads submitted ahead for a segment that will not run (the job stopped early) and the
-        cached partitions (the job is over)."""
+        """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
         ahead, self._ahead = self._ahead, []
         self._gates = (None, [])
         self._tail = None
         cancel_quietly(self.client, ahead)
-        self._drop_cache()
 
-    def _drop_cache(self) -> None:
-        """Let the cached partitions go; a later read, and the loads from it, are keyed anew (a cancelled key
-        submitted again at once can find the scheduler still forgetting it, with its old dependencies)."""
+    def drop_cache(self) -> None:
+        """Let the cached partitions go (the job is over: after the blocks kept for the cut, which were made
+        from them, are used); a later read, and the loads from it, are keyed anew (a cancelled key submitted
+        again at once can find the scheduler still forgetting it, with its old dependencies)."""
         cached, self._cached = list(self._cached.values()), {}
         if cached:
             self._cache_reads += 1
