@@ -315,9 +315,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
                  watch.y.shape[0])
 
     # a dataset read more than once whose rows fit in a quarter of the workers' memory is read once and kept
-    itemsize, n_rows = np.dtype(dtype).itemsize, sum(p.num_rows for p in ds.partitions)
-    held = (sum(p.nnz for p in ds.partitions) * (itemsize + 4) + n_rows * 8 if ds.schema.layout == "sparse"
-            else n_rows * ds.n_features * itemsize)                         # CSR: values, int32 indices, row pointers
+    held = ds.rows_bytes(dtype)
     cache = len({s.pass_index for s in steps[start:]}) > 1 and cache_fits(c, held)
     if cache:
         log.info("partition cache: the %d partitions (%.0f MB as %s) are read once and kept on the workers "

@@ -237,6 +237,14 @@ class Dataset:
         """Total number of rows."""
         return sum(p.num_rows for p in self.partitions)
 
+    def rows_bytes(self, dtype=np.float64) -> int:
+        """What every row takes in memory as read in ``dtype``, from the footers alone: ``rows x features``
+        floats, or for the sparse layout its non-zeros (values and int32 indices) and a row pointer each."""
+        itemsize = np.dtype(dtype).itemsize
+        if self.schema.layout == "sparse":
+            return sum(p.nnz for p in self.partitions) * (itemsize + 4) + self.num_rows * 8
+        return self.num_rows * self.n_features * itemsize
+
     def has_both_classes(self) -> bool | None:
         """Whether the footers' label statistics show a row of each class (None: they cannot tell).
 
