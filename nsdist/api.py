@@ -20,7 +20,7 @@ from dask.base import tokenize
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
 from .data import Dataset, ingest
-from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits
+from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits, fused_rows
 from .engine.checkpoint import Checkpoint, Checkpointer
 from .engine.cluster import connect, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
@@ -320,8 +320,14 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     if cache:
         log.info("partition cache: the %d partitions (%.0f MB as %s) are read once and kept on the workers "
                  "for the job's passes", len(ds.partitions), held / 1e6, dtype)
+    # ... and small partitions of it are gathered and stepped several to a task, on one worker
+    fused = fused_rows(c, held, ds.num_rows, len(ds.partitions)) if cache and n_chains == 1 and not keep else 0
+    if fused:
+        log.info("fused steps: the partitions average %.1f MB, so each task gathers and steps up to %d rows of "
+                 "them on one worker", held / len(ds.partitions) / 1e6, fused)
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
-                           elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache,
+                           elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache, fused=fused,
+                           checks=tuple(checks),
                            on_loads_done=None if sample is None or keep else sample.prefetch)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,

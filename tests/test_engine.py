@@ -23,7 +23,9 @@ from distributed import Client, LocalCluster, get_task_stream
 import nsdist
 from nsdist import metrics
 from nsdist.api import evaluate, open_dataset, train
-from nsdist.engine.chain import CACHE_KEY, CACHE_SHARE, ChainConfig, PartitionChain, cache_fits
+from nsdist.engine import chain as chain_module
+from nsdist.engine.chain import (CACHE_KEY, CACHE_SHARE, FUSE_KEY, FUSE_PARTITION_BYTES, ChainConfig,
+                                 PartitionChain, cache_fits, fused_rows)
 from nsdist.engine.evaluate import sortable_keys
 from nsdist.model import LinearModel
 from nsdist.solvers.config import TrainConfig
@@ -303,11 +305,13 @@ def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parq
     """docs/engine.md §Partition chain: load ``j`` is scheduled only once step ``j - g`` is done, ``g =
     min(prefetch + 1, worker threads)`` (the gate that makes a one-thread worker step the block it holds before
     it loads another).  Read from the scheduler's transition log, on the scheduler's one clock: a task moves to
-    ``processing`` only after its dependencies are in memory, whatever the workers' timing."""
+    ``processing`` only after its dependencies are in memory, whatever the workers' timing.  (Steps not fused:
+    these small partitions would be, docs/engine.md §Fused steps.)"""
     url, _, _ = letter_parquet
     since = cluster.run_on_scheduler(time.time)      # the log also holds the module's earlier trainings
-    model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
-                  random_state=7 + prefetch)      # its own keys: no task of another case is reused
+    with dask.config.set({FUSE_KEY: False}):
+        model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
+                      random_state=7 + prefetch)      # its own keys: no task of another case is reused
     log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-", since=since)
     n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
     gap = min(prefetch + 1, threads)
@@ -490,7 +494,7 @@ def test_partition_cache_reads_each_file_once_and_gives_the_same_model(cluster, 
         return [key for key, _, finish, _ in log if finish == "memory"]
 
     since = cluster.run_on_scheduler(time.time)
-    with caplog.at_level("INFO", logger="nsdist"):
+    with caplog.at_level("INFO", logger="nsdist"), dask.config.set({FUSE_KEY: False}):     # a load task a step
         cached = train(url, client=cluster, **params)
     assert len(computed("nsdist-cached-", since)) == 4                  # 4 files, read once for 3 passes
     assert len(computed("nsdist-load-", since)) == 12                 # a block a pass, gathered from them
@@ -507,6 +511,11 @@ def test_partition_cache_reads_each_file_once_and_gives_the_same_model(cluster, 
     assert computed("nsdist-cached-", since) == []
     np.testing.assert_array_equal(cached.coef, plain.coef)
     assert cached.intercept == plain.intercept
+    since = cluster.run_on_scheduler(time.time)
+    fused = train(url, client=cluster, **params)        # docs/engine.md §Fused steps: groups, not loads and steps
+    assert len(computed("nsdist-cached-", since)) == 4 and len(computed("nsdist-group-", since)) >= 1
+    assert computed("nsdist-load-", since) == computed("nsdist-step-", since) == []
+    np.testing.assert_array_equal(fused.coef, plain.coef)
     since = cluster.run_on_scheduler(time.time)
     one_pass = train(url, client=cluster, **{**params, "n_passes": 1})    # nothing read twice: nothing kept
     assert one_pass.history["passes"] == 1 and computed("nsdist-cached-", since) == []
@@ -539,6 +548,76 @@ def test_partition_cache_of_sparse_rows_reads_each_file_once_and_gives_the_same_
         plain = train(str(tmp_path), client=cluster, **params)
     np.testing.assert_array_equal(cached.coef, plain.coef)
     assert cached.intercept == plain.intercept
+
+
+def _fused_groups(client: Client) -> list[int]:
+    """The last step of every fused group ``client`` has submitted and holds (key ``nsdist-group-<token>-<end>``;
+    the client's own record: what it sent may not have reached the scheduler yet)."""
+    return [int(str(k).rsplit("-", 1)[1]) for k in list(client.futures) if str(k).startswith("nsdist-group-")]
+
+
+@pytest.mark.parametrize("group_bytes", [None, 300_000])
+@pytest.mark.parametrize("case", ["selection", "fixed-2pmb-monitor"])
+def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_path, letter, monkeypatch, case,
+                                                                   group_bytes, caplog):
+    """docs/engine.md §Fused steps: a cached dataset of small partitions is gathered and stepped several
+    partitions to a task, on one worker -- the unfused chain's model, selection, per-step curve and monitor
+    points (read from every step's state), bit for bit; every step is reported, in order.  While a step is
+    reported, a group past it is already submitted, also at a segment's end, before the check (the next
+    segment's first group); the population's halving discards such a group, and the model is still the
+    unfused one.  Groups of a whole segment (the default size) and of two 1000-row partitions."""
+    X, y = letter
+    url = write_parquet(tmp_path / "d", X[:12000], y[:12000], rows_per_file=1000)
+    if group_bytes is not None:
+        monkeypatch.setattr(chain_module, "FUSE_GROUP_BYTES", group_bytes)
+    if case == "selection":
+        params = dict(measure="pauc", validation_folds=1, random_state=3)      # population, halving, early stop
+    else:
+        params = dict(measure="prbep", solver="2pmb", eta=0.5, n_passes=4, buffer_size=200, random_state=3,
+                      monitor=(X[12000:], y[12000:]))
+
+    def run(fuse: bool) -> tuple[LinearModel, list[tuple[int, int, float]], list[bool]]:
+        reported, ahead = [], []
+
+        def on_step(p) -> None:
+            reported.append((p.step, p.rows_seen, p.loss))
+            if fuse and p.step < p.n_steps:
+                ahead.append(max(_fused_groups(cluster), default=-1) >= p.step)
+
+        with dask.config.set({FUSE_KEY: fuse}):
+            return train(url, client=cluster, on_step=on_step, **params), reported, ahead
+
+    with caplog.at_level("INFO", logger="nsdist"):
+        plain, plain_steps, _ = run(False)
+        assert "fused steps" not in caplog.text
+        fused, fused_steps, ahead = run(True)
+        assert "fused steps: the partitions average" in caplog.text
+    np.testing.assert_array_equal(fused.coef, plain.coef)
+    assert fused.intercept == plain.intercept
+    np.testing.assert_array_equal(np.array(fused_steps), np.array(plain_steps))     # (NaN losses: equal)
+    assert [s for s, *_ in fused_steps] == list(range(1, len(fused_steps) + 1))
+    assert ahead and all(ahead)
+    points = [{k: v for k, v in p.items() if k != "time"} for p in plain.history["curve"]]
+    assert json.dumps([{k: v for k, v in p.items() if k != "time"} for p in fused.history["curve"]]) == \
+        json.dumps(points)      # (NaN losses of a population: equal as text)
+    if case == "selection":
+        assert fused.history["selection"] == plain.history["selection"]
+        assert any(r["dropped_at_check"] for r in plain.history["selection"])     # halved: a discarded group
+    else:
+        assert sum("monitor" in p for p in points) > 2
+
+
+def test_fused_rows_needs_small_partitions_that_fit_one_worker(cluster):
+    """:func:`fused_rows`: fused when the cached bytes fit a quarter of the smallest worker's memory limit and the
+    partitions average at most ``FUSE_PARTITION_BYTES``; a group holds about ``FUSE_GROUP_BYTES`` of rows."""
+    limit = min(w["memory_limit"] for w in cluster.scheduler_info()["workers"].values())
+    assert fused_rows(cluster, 10 << 20, 10_000, 1) == int(chain_module.FUSE_GROUP_BYTES * 10_000 // (10 << 20))
+    assert fused_rows(cluster, FUSE_PARTITION_BYTES + 1, 10_000, 1) == 0            # partitions too large
+    big = int(CACHE_SHARE * limit) + 1
+    assert fused_rows(cluster, big, 10 ** 6, -(-big // FUSE_PARTITION_BYTES)) == 0   # not on one worker
+    assert fused_rows(cluster, 1 << 30, 1000, 1 << 20) >= 1 or (1 << 30) > CACHE_SHARE * limit
+    with dask.config.set({FUSE_KEY: False}):
+        assert fused_rows(cluster, 1 << 20, 1000, 10) == 0
 
 
 def test_cache_fits_a_quarter_of_the_workers_memory(cluster):

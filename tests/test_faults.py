@@ -19,11 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 from test_engine import letter_arrays, write_parquet
 
 from nsdist.api import train
+from nsdist.engine import chain
 from nsdist.engine.checkpoint import Checkpoint
 from nsdist.model import load_model
 
@@ -40,7 +42,7 @@ def letter_20(tmp_path_factory) -> str:
 def next_step_worker(client) -> str:
     """The worker running the chain's next step, else the one holding most prefetched partitions."""
     for address, keys in client.processing().items():
-        if any(str(k).startswith("nsdist-step") for k in keys):
+        if any(str(k).startswith(("nsdist-step", "nsdist-group")) for k in keys):
             return address
     held = client.has_what()
     return max(held, key=lambda a: sum(str(k).startswith("nsdist-load") for k in held[a]))
@@ -73,10 +75,10 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
     ``gather_bytes=0``: the driver fetches only the steps' statistics, as it does for a wide model
     (nsdist.engine.chain.GATHER_BYTES), and a failure redoes the segment from its start; with
     ``buffer_size=50`` a check comes every ten or so steps, and each segment after one starts from the
-    state that the worker holding the last segment's end makes (``with_alive``); a kill may take that one."""
+    state that the worker holding the last segment's end makes (``with_alive``); a kill may take that one.
+    The narrow-state cases fuse their steps (docs/engine.md §Fused steps): the kill takes the worker running
+    the next group, and the group submitted ahead of a check with it."""
     from distributed import get_task_stream
-
-    import nsdist.engine.chain as chain
 
     params = dict(measure="pauc", solver=solver, n_passes=2, random_state=7, validation_folds=1,   # streamed
                   buffer_size=buffer_size)
@@ -104,12 +106,19 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
         assert_same_model(survived, reference)
 
 
-def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, letter_20, caplog, reliability):
+@pytest.mark.parametrize("fused", [False, True])
+def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, letter_20, caplog, reliability,
+                                                                monkeypatch, fused):
     """All workers are SIGKILLed at four points of a 2PMB run (their nannies restart them): each
     time every result and the scattered reservoir are lost, the chain redoes the step from the last
-    gathered model — more often in one job than ``max_restarts`` (which bounds retries of one step)."""
+    gathered model — more often in one job than ``max_restarts`` (which bounds retries of one step).
+    With a load task and a step task per step, and with fused steps (docs/engine.md §Fused steps; two
+    1000-row partitions a group, so that the four kills fall in four groups): the cached partitions
+    and the group submitted ahead of a check die with the workers too."""
     params = dict(measure="prbep", solver="2pmb", n_passes=2, random_state=3, validation_folds=1)
-    with dask_processes(2, nanny=True) as cluster, cluster.client() as client:
+    monkeypatch.setattr(chain, "FUSE_GROUP_BYTES", 40_000)      # 1000 rows x 16 float64: 128 kB a partition
+    with dask_processes(2, nanny=True) as cluster, cluster.client() as client, \
+            dask.config.set({chain.FUSE_KEY: fused}):
         reference = train(letter_20, client=client, **params)
         killed: list[int] = []
 
@@ -121,11 +130,12 @@ def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, 
                     os.kill(pid, signal.SIGKILL)
                 killed.extend(pids.values())
 
-        with caplog.at_level(logging.WARNING, logger="nsdist.engine"):
+        with caplog.at_level(logging.INFO, logger="nsdist"):
             survived = train(letter_20, client=client, on_step=kill_all_at, **params)
+        assert ("fused steps: the partitions average" in caplog.text) == fused
         redone = [r.getMessage() for r in caplog.records if "redoing it from the last model" in r.getMessage()]
-        reliability("fault", "SIGKILL every worker at 4 points of a 2PMB run (nanny restarts them)",
-                    injected=len(killed), redone_steps=len(redone))
+        reliability("fault", "SIGKILL every worker at 4 points of a 2PMB run (nanny restarts them)"
+                    + (", steps fused" if fused else ""), injected=len(killed), redone_steps=len(redone))
         assert len(killed) == 8 and len(set(killed)) == 8          # fresh worker processes each time
         assert len(redone) >= 4
         assert all("(restart 1/3)" in m or "(restart 2/3)" in m for m in redone)

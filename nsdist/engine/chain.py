@@ -7,7 +7,9 @@ stream plan (pass ``p``, partition ``j``; :func:`nsdist.solvers.plan.schedule`):
     state_i = run_epochs(state_{i-1}, block_i)   # where block_i lives; only the models move
 
 (A dataset read in several passes that fits the workers' memory is read once, and each
-load gathers its rows from the partition kept: :attr:`PartitionChain.cache`.)
+load gathers its rows from the partition kept: :attr:`PartitionChain.cache`.  When its
+partitions are small, one task gathers and steps several of them in a row on one worker:
+:attr:`PartitionChain.fused`, :func:`step_group`.)
 
 The driver submits the load and the step of the next ``prefetch`` partitions
 ahead of the chain, so the chain never waits for a round trip to the driver,
@@ -47,8 +49,9 @@ from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .reservoir import Reservoir
 from .scaling import Scaling
 
-__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_cached", "step_block", "mix_round",
-           "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits", "CACHE_SHARE", "CACHE_KEY"]
+__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_cached", "step_block", "step_group",
+           "mix_round", "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits", "fused_rows",
+           "CACHE_SHARE", "CACHE_KEY", "FUSE_KEY", "FUSE_PARTITION_BYTES", "FUSE_GROUP_BYTES"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -111,17 +114,28 @@ def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.
     return dataset.read_block(partition, dtype=cfg.dtype, scaling=cfg.scaling)
 
 
+Handed = SGDState | tuple[SGDState, np.ndarray] | list[tuple[SGDState, np.ndarray]]
+
+
+def _state_of(handed: Handed) -> SGDState:
+    """The state a step hands on: a segment's starting state, a step's ``(state, stats)`` or the last of a
+    group's (:func:`step_group`)."""
+    if isinstance(handed, list):
+        handed = handed[-1]
+    return handed[0] if isinstance(handed, tuple) else handed
+
+
 @on_one_blas_thread
-def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: ChainConfig,
+def step_block(handed: Handed, block, cfg: ChainConfig,
                reservoir: Reservoir | None, last_of_pass: bool = False) -> tuple[SGDState, np.ndarray]:
     """Apply the epoch kernel to one loaded block (runs where the block lives).
 
     ``handed`` is the segment's starting state or the previous step's result
-    ``(state, stats)``, so a step depends directly on the one before it.
-    ``last_of_pass``: the block ends its pass (the full-batch candidates'
-    iteration follows, :func:`~nsdist.solvers.kernel.end_pass`).
+    ``(state, stats)`` (or a group's, :func:`step_group`), so a step depends
+    directly on the one before it.  ``last_of_pass``: the block ends its pass
+    (the full-batch candidates' iteration follows, :func:`~nsdist.solvers.kernel.end_pass`).
     """
-    state = handed[0] if isinstance(handed, tuple) else handed
+    state = _state_of(handed)
     X, y = block
     state, stats = run_epochs(state, X, y, cfg.config.population, buffer_size=cfg.config.buffer_size,
                               radius=cfg.config.radius,
@@ -129,11 +143,26 @@ def step_block(handed: SGDState | tuple[SGDState, np.ndarray], block, cfg: Chain
     return (end_pass(state, cfg.config.population) if last_of_pass else state), stats
 
 
-def with_alive(handed: SGDState | tuple[SGDState, np.ndarray], alive: np.ndarray, keep: np.ndarray) -> SGDState:
+def step_group(handed: Handed, dataset: Dataset, cfg: ChainConfig, reservoir: Reservoir | None,
+               plan: tuple[tuple[int, int, bool], ...], file_order: bool, *cached: tuple[np.ndarray, np.ndarray]
+               ) -> list[tuple[SGDState, np.ndarray]]:
+    """Several consecutive steps in one task (runs on the worker that holds their partitions' cached rows):
+    for each ``(partition, pass_index, last_of_pass)`` of ``plan``, with its partition's rows in ``cached``,
+    :func:`load_block` from them and :func:`step_block` -- the very calls of a load task and a step task, so
+    the same states to the bit.  Returns every step's ``(state, stats)``: the driver reports each step as if
+    it had run alone (checkpoints and the learning curve read the states)."""
+    out: list[tuple[SGDState, np.ndarray]] = []
+    for (partition, pass_index, last), rows in zip(plan, cached):
+        block = load_block(dataset, partition, pass_index, cfg, None, file_order, rows)
+        out.append(step_block(out[-1] if out else handed, block, cfg, reservoir, last))
+    return out
+
+
+def with_alive(handed: Handed, alive: np.ndarray, keep: np.ndarray) -> SGDState:
     """``handed``'s state narrowed to its candidates ``keep`` (:meth:`SGDState.narrowed`), with the candidates
     ``alive`` (runs on the worker that holds it): what a check between two segments hands on, made without
     sending the state back from the driver."""
-    state = handed[0] if isinstance(handed, tuple) else handed
+    state = _state_of(handed)
     return replace(state.narrowed(keep), alive=np.array(alive, dtype=bool))
 
 
@@ -175,14 +204,14 @@ def _is_zero(state: SGDState) -> bool:
 
 
 @on_one_blas_thread
-def mix_round(handed: SGDState | tuple[SGDState, np.ndarray], *results: tuple[SGDState, np.ndarray],
+def mix_round(handed: Handed, *results: tuple[SGDState, np.ndarray],
               last_of_pass: ChainConfig | None = None) -> tuple[SGDState, np.ndarray]:
     """The data-parallel round's end: the chains' states mixed, their epoch statistics in chain order.
 
     ``last_of_pass``: the chain's config when the round ends its pass (the full-batch candidates' iteration
     follows the mixing, :func:`~nsdist.solvers.kernel.end_pass`).
     """
-    start = handed[0] if isinstance(handed, tuple) else handed
+    start = _state_of(handed)
     mixed = mix_states(start, [r[0] for r in results])
     if last_of_pass is not None:
         mixed = end_pass(mixed, last_of_pass.config.population)
@@ -275,6 +304,32 @@ def cache_fits(client: Client, nbytes: int) -> bool:
     return bool(limits) and all(limits) and nbytes <= CACHE_SHARE * sum(limits)
 
 
+#: the Dask configuration key that turns fused steps off (``dask.config.set({FUSE_KEY: False})``)
+FUSE_KEY = "nsdist.fused-steps"
+#: a cached dataset's steps are fused (:func:`step_group`) when its partitions hold at most this many bytes on
+#: average: gathering a pass's rows from such a partition (about 2-4 GB/s) then costs less than handing a state
+#: from one Dask task to the next (about 6-7 ms here, bench/results/scale.md), so one worker gathering and
+#: stepping in a row beats two workers handing the state back and forth (docs/engine.md §Fused steps)
+FUSE_PARTITION_BYTES = 16 << 20
+#: a fused task gathers and steps partitions of about this many bytes in all: dozens of milliseconds of work,
+#: against a few milliseconds of a task's scheduling
+FUSE_GROUP_BYTES = 128 << 20
+
+
+def fused_rows(client: Client, nbytes: int, n_rows: int, n_partitions: int) -> int:
+    """How many rows a fused task of the chain gathers and steps (:attr:`PartitionChain.fused`), 0 for none:
+    fused when the dataset's ``nbytes`` (as cached) fit :data:`CACHE_SHARE` of every worker's memory limit (one
+    worker comes to hold them all) and its partitions average at most :data:`FUSE_PARTITION_BYTES`, unless
+    :data:`FUSE_KEY` is False."""
+    if not dask.config.get(FUSE_KEY, True) or n_rows == 0 or n_partitions == 0:
+        return 0
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    if not (limits and all(limits) and nbytes <= CACHE_SHARE * min(limits)
+            and nbytes <= FUSE_PARTITION_BYTES * n_partitions):
+        return 0
+    return max(1, int(FUSE_GROUP_BYTES * n_rows // max(nbytes, 1)))
+
+
 @dataclass
 class PartitionChain:
     """Drive the stream plan's steps over ``dataset`` on ``client``.
@@ -324,6 +379,19 @@ class PartitionChain:
         and gather every pass's block from it instead of reading the file again
         (docs/engine.md §Partition cache; :func:`cache_fits` says when the data
         fits).  The same blocks to the bit; released by :meth:`drop_cache`.
+    fused : int
+        With the cache and one chain: each task gathers and steps consecutive
+        steps of a segment, their partitions holding about this many rows in
+        all (at least one step), on one worker (:func:`step_group`;
+        :func:`fused_rows` says when); 0: a load task and a step task per step.
+        The same states to the bit, every step reported.  Not with a wide state
+        (:attr:`gather_bytes`) or ``keep_loads``.
+    checks : sequence of int
+        The steps after which the driver checks (:func:`~nsdist.solvers.sgd.drive`'s).
+        With fused steps, the next segment's first group is submitted behind a
+        segment's last, from its result, before the check: a check that leaves
+        the state as it was (which candidates live included) finds it running or
+        done; one that changes it cancels it.
     """
 
     client: Client
@@ -341,6 +409,8 @@ class PartitionChain:
     stats: list[np.ndarray] = field(default_factory=list)
     elapsed_offset: float = 0.0
     cache: bool = False
+    fused: int = 0
+    checks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
@@ -354,6 +424,10 @@ class PartitionChain:
         # a wide state's last segment end: its future (the narrowed state stays on the cluster), the state as
         # the driver holds it, the columns it was narrowed to
         self._tail: tuple[Future, SGDState, np.ndarray] | None = None
+        # a fused group submitted ahead of a check: (its future, its last step, its first step)
+        self._next: tuple[Future, int, int] | None = None
+        self._state: SGDState | None = None
+        self._job: str | None = None     # the job's token: the dataset and the config (fixed for the chain)
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
@@ -366,6 +440,11 @@ class PartitionChain:
         no segment follows.
         """
         restarts, failed_at = 0, None
+        ahead = self._next         # a fused group submitted before the check: kept if the check kept the state
+        if ahead is not None and not (ahead[2] == first and self._state is not None and _alive_only(self._state, state)
+                                      and np.array_equal(self._state.alive, state.alive)):
+            cancel_quietly(self.client, [ahead[0]])
+            self._next = None
         self._pos, self._state, self._stop = first, state, stop
         self._reported = first               # steps reported (statistics kept, on_step called) so far
         limit = GATHER_BYTES if self.gather_bytes is None else self.gather_bytes
@@ -393,8 +472,11 @@ class PartitionChain:
     def release(self) -> None:
         """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
         ahead, self._ahead = self._ahead, []
+        if self._next is not None:
+            ahead.append(self._next[0])
         self._gates = (None, [])
         self._tail = None
+        self._next = None
         cancel_quietly(self.client, ahead)
 
     def drop_cache(self) -> None:
@@ -414,8 +496,10 @@ class PartitionChain:
         # a wide state made from the last segment's end by the key of that end and the mask: hashing 520 MB
         # took 0.3 s a segment)
         st = self._state
-        job = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                       cfg.token())
+        if self._job is None:       # once a chain: 4 ms a segment, 0.4 s of a 100-check job
+            self._job = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions],
+                                 self.dataset.fingerprint, cfg.token())
+        job = self._job
         # After a check the state differs from the one the last segment ended with only in which candidates
         # live (Selection.check): the worker holding that one makes it from the mask, and the fetched copy
         # (520 MB at d = 2^20 x 31 candidates) is not sent back.
@@ -473,7 +557,38 @@ class PartitionChain:
         # two one-thread workers each then loads, steps the block it holds, loads the next ...; ungated, a
         # worker had started its next load when its block's step became ready, and the step waited behind it
         # (a whole load: 100-250 ms at 125k x 100 float32) while the other worker idled.
-        threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        workers = client.scheduler_info()["workers"]
+        threads = sum(w.get("nthreads", 1) for w in workers.values())
+        # fused steps (a narrow state, one chain): each task gathers and steps several cached partitions on one
+        # worker, which comes to hold them all (the reads spread over the workers; each is sent there once)
+        fused = self.fused if self.cache and self._gather and per_round == 1 and not self.keep_loads else 0
+        on_home = dict(workers=[min(workers)], allow_other_workers=True) if fused and workers else {}
+
+        def group(first: int, stop: int, after: Future | SGDState) -> tuple[int, Future]:
+            end = self._group_end(first, stop, fused)
+            todo = range(first, end + 1)
+            return end, client.submit(step_group, after, ds, spec, self._res_future,
+                                      tuple((steps[i].block, steps[i].pass_index, ends_pass(steps, i)) for i in todo),
+                                      file_order, *[self._cached_rows(ds, spec, steps[i].block) for i in todo],
+                                      key=f"nsdist-group-{tokenize(token, self._cache_reads)}-{end}", priority=1,
+                                      **on_home)
+
+        def fused_step(first: int, end: int, fut: Future) -> None:
+            """Group ``first .. end`` submitted: in flight, and after the segment's last group, the next
+            segment's first, behind it (it runs while the driver checks)."""
+            inflight.append((end, fut, [fut], None))
+            following = [c + 1 for c in self.checks if c > end]
+            if end + 1 == self._stop and following:
+                self._next = (*group(end + 1, min(min(following), len(steps)), fut)[::-1], end + 1)
+            if end + 1 == len(steps) and self.on_loads_done is not None:
+                self.on_loads_done()
+                self.on_loads_done = None
+
+        adopted, self._next = self._next, None
+        if adopted is not None:         # the group submitted before the check, which kept the state (run)
+            prev, nxt = adopted[0], adopted[1] + 1
+            fused_step(adopted[2], adopted[1], prev)
+
         # (carried over from the segment before, whose loads ahead were gated the same way)
         gates: deque[Future] = deque(self._gates[1] if self._gates[0] == self._pos else (),
                                      maxlen=min(depth + 1, threads or depth + 1))
@@ -482,6 +597,11 @@ class PartitionChain:
             while self._pos < self._stop:
                 # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
                 while nxt < self._stop and len(inflight) <= depth:
+                    if fused:
+                        end, prev = group(nxt, self._stop, prev)
+                        fused_step(nxt, end, prev)
+                        nxt = end + 1
+                        continue
                     end = self._round_end[nxt]
                     gate = gates[0] if len(gates) == gates.maxlen else None
                     results = []
@@ -523,7 +643,12 @@ class PartitionChain:
                 i, fut, _, summary = inflight[0]
                 if summary is None or i + 1 == self._stop:
                     if summary is None:
-                        state, stats = fut.result()
+                        done = fut.result()
+                        if isinstance(done, list):      # a fused group's steps: all but its last reported here
+                            for k, (state, stats) in enumerate(done[:-1], start=i + 1 - len(done)):
+                                self._report(k, stats, state.rows_seen, state, None)
+                            done = done[-1]
+                        state, stats = done
                     else:           # the state the segment started from, with what the segment changed;
                         # widened into that state's arrays: the chain holds it, and what it handed out is not
                         # kept (the checks and checkpoints copy what they keep; on_step is handed a copy)
@@ -545,7 +670,8 @@ class PartitionChain:
             # and the failed step now, so that they neither stay in the workers' memory nor answer
             # a later job that asks for the same keys.
             self._gates = (None, [])
-            cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)])
+            ahead, self._next = ([self._next[0]] if self._next else []), None
+            cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)] + ahead)
             raise
 
     def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,
@@ -555,16 +681,32 @@ class PartitionChain:
         the scaling: not the candidates, which a check narrows)."""
         s, cached, key = self.steps[i], None, f"nsdist-load-{token}-{i}"
         if self.cache:
-            cached = self._cached.get(s.block)
-            if cached is None:
-                scaling = None if self.cfg.scaling is None else (self.cfg.scaling.mean, self.cfg.scaling.scale)
-                name = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
-                                self.cfg.dtype, scaling, s.block, self._cache_reads)
-                cached = self._cached[s.block] = self.client.submit(read_cached, ds, s.block, spec,
-                                                                    key=f"nsdist-cached-{name}", retries=2, **where)
+            cached = self._cached_rows(ds, spec, s.block, **where)
             key = f"nsdist-load-{tokenize(token, self._cache_reads)}-{i}"
         return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, cached,
                                   key=key, retries=2, **where)
+
+    def _cached_rows(self, ds: Future, spec: Future, partition: int, **where) -> Future:
+        """The cache's future of ``partition``'s rows, read on first use."""
+        cached = self._cached.get(partition)
+        if cached is None:
+            scaling = None if self.cfg.scaling is None else (self.cfg.scaling.mean, self.cfg.scaling.scale)
+            name = tokenize(self.dataset.url, [p.path for p in self.dataset.partitions], self.dataset.fingerprint,
+                            self.cfg.dtype, scaling, partition, self._cache_reads)
+            cached = self._cached[partition] = self.client.submit(read_cached, ds, partition, spec,
+                                                                  key=f"nsdist-cached-{name}", retries=2, **where)
+        return cached
+
+    def _group_end(self, first: int, stop: int, rows: int) -> int:
+        """The last step of the fused group that starts at step ``first``: the steps after it while their
+        partitions' rows add up to at most ``rows``, before ``stop`` (the segment's end)."""
+        end, n = first, self.dataset.partitions[self.steps[first].block].num_rows
+        while end + 1 < stop:
+            n += self.dataset.partitions[self.steps[end + 1].block].num_rows
+            if n > rows:
+                break
+            end += 1
+        return end
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
                 fetch: Callable[[], SGDState] | None) -> None:
