@@ -564,8 +564,8 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
     partitions to a task, on one worker -- the unfused chain's model, selection, per-step curve and monitor
     points (read from every step's state), bit for bit; every step is reported, in order.  While a step is
     reported, a group past it is already submitted, also at a segment's end, before the check (the next
-    segment's first group); the population's halving discards such a group, and the model is still the
-    unfused one.  Groups of a whole segment (the default size) and of two 1000-row partitions."""
+    segment's first group); the population's halving and early stopping discard such a group, and the model
+    is still the unfused one; the job returns once it is no longer running.  Groups of a whole segment (the default size) and of two 1000-row partitions."""
     X, y = letter
     url = write_parquet(tmp_path / "d", X[:12000], y[:12000], rows_per_file=1000)
     if group_bytes is not None:
@@ -585,7 +585,13 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
                 ahead.append(max(_fused_groups(cluster), default=-1) >= p.step)
 
         with dask.config.set({FUSE_KEY: fuse}):
-            return train(url, client=cluster, on_step=on_step, **params), reported, ahead
+            model = train(url, client=cluster, on_step=on_step, **params)
+        # nothing of the job runs on after it (a group submitted ahead of the check that stopped it, cancelled
+        # while running, would: a cluster closed under it logs a CancelledError warning)
+        running = cluster.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.tasks.values()
+                                                   if t.state in ("executing", "cancelled")])
+        assert not any(k.startswith("nsdist-") for keys in running.values() for k in keys)
+        return model, reported, ahead
 
     with caplog.at_level("INFO", logger="nsdist"):
         plain, plain_steps, _ = run(False)
@@ -603,6 +609,7 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
     if case == "selection":
         assert fused.history["selection"] == plain.history["selection"]
         assert any(r["dropped_at_check"] for r in plain.history["selection"])     # halved: a discarded group
+        assert fused.history["passes"] < fused.history["max_passes"]       # stopped early: a group discarded
     else:
         assert sum("monitor" in p for p in points) > 2
 

@@ -26,6 +26,7 @@ same model because every step is a pure function of its inputs.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -304,6 +305,8 @@ def cache_fits(client: Client, nbytes: int) -> bool:
     return bool(limits) and all(limits) and nbytes <= CACHE_SHARE * sum(limits)
 
 
+#: seconds :meth:`PartitionChain.release` waits for a fused group submitted ahead of a check that stopped the job
+RELEASE_WAIT = 60.0
 #: the Dask configuration key that turns fused steps off (``dask.config.set({FUSE_KEY: False})``)
 FUSE_KEY = "nsdist.fused-steps"
 #: a cached dataset's steps are fused (:func:`step_group`) when its partitions hold at most this many bytes on
@@ -472,7 +475,9 @@ class PartitionChain:
     def release(self) -> None:
         """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
         ahead, self._ahead = self._ahead, []
-        if self._next is not None:
+        if self._next is not None:   # the next segment's group, likely running: let it end first (a cancelled
+            with contextlib.suppress(Exception):       # task runs on, and a cluster closed under it logs a
+                self._next[0].result(timeout=RELEASE_WAIT)      # CancelledError warning to the user)
             ahead.append(self._next[0])
         self._gates = (None, [])
         self._tail = None
