@@ -586,11 +586,11 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
 
         with dask.config.set({FUSE_KEY: fuse}):
             model = train(url, client=cluster, on_step=on_step, **params)
-        # nothing of the job runs on after it (a group submitted ahead of the check that stopped it, cancelled
-        # while running, would: a cluster closed under it logs a CancelledError warning)
+        # no group runs on after the job (one submitted ahead of the check that stopped it, cancelled while
+        # running, would: a cluster closed under it logs a CancelledError warning)
         running = cluster.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.tasks.values()
                                                    if t.state in ("executing", "cancelled")])
-        assert not any(k.startswith("nsdist-") for keys in running.values() for k in keys)
+        assert not any(k.startswith("nsdist-group-") for keys in running.values() for k in keys)
         return model, reported, ahead
 
     with caplog.at_level("INFO", logger="nsdist"):

@@ -578,21 +578,20 @@ class PartitionChain:
                                       key=f"nsdist-group-{tokenize(token, self._cache_reads)}-{end}", priority=1,
                                       **on_home)
 
-        def fused_step(first: int, end: int, fut: Future) -> None:
-            """Group ``first .. end`` submitted: in flight, and after the segment's last group, the next
-            segment's first, behind it (it runs while the driver checks)."""
+        def fused_step(end: int, fut: Future) -> None:
+            """The group ending at step ``end`` is submitted: in flight, and after the segment's last group, the
+            next segment's first, behind it (it runs while the driver checks)."""
             inflight.append((end, fut, [fut], None))
             following = [c + 1 for c in self.checks if c > end]
             if end + 1 == self._stop and following:
-                self._next = (*group(end + 1, min(min(following), len(steps)), fut)[::-1], end + 1)
-            if end + 1 == len(steps) and self.on_loads_done is not None:
-                self.on_loads_done()
-                self.on_loads_done = None
+                last, ahead = group(end + 1, min(following), fut)
+                self._next = (ahead, last, end + 1)
+            self._submitted(end + 1)
 
         adopted, self._next = self._next, None
         if adopted is not None:         # the group submitted before the check, which kept the state (run)
             prev, nxt = adopted[0], adopted[1] + 1
-            fused_step(adopted[2], adopted[1], prev)
+            fused_step(adopted[1], prev)
 
         # (carried over from the segment before, whose loads ahead were gated the same way)
         gates: deque[Future] = deque(self._gates[1] if self._gates[0] == self._pos else (),
@@ -604,7 +603,7 @@ class PartitionChain:
                 while nxt < self._stop and len(inflight) <= depth:
                     if fused:
                         end, prev = group(nxt, self._stop, prev)
-                        fused_step(nxt, end, prev)
+                        fused_step(end, prev)
                         nxt = end + 1
                         continue
                     end = self._round_end[nxt]
@@ -635,9 +634,7 @@ class PartitionChain:
                     if self._gather and per_round == 1:
                         gates.append(prev)
                     nxt = end + 1
-                    if nxt == len(steps) and self.on_loads_done is not None:
-                        self.on_loads_done()
-                        self.on_loads_done = None
+                    self._submitted(nxt)
                     if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
                         gated = list(gates) if len(gates) == gates.maxlen else []
                         self._gates = (nxt, list(gates))
@@ -678,6 +675,12 @@ class PartitionChain:
             ahead, self._next = ([self._next[0]] if self._next else []), None
             cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)] + ahead)
             raise
+
+    def _submitted(self, nxt: int) -> None:
+        """The steps before ``nxt`` are submitted: once all are, :attr:`on_loads_done`."""
+        if nxt == len(self.steps) and self.on_loads_done is not None:
+            self.on_loads_done()
+            self.on_loads_done = None
 
     def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,
               **where) -> Future:
