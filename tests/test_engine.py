@@ -565,7 +565,9 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
     points (read from every step's state), bit for bit; every step is reported, in order.  While a step is
     reported, a group past it is already submitted, also at a segment's end, before the check (the next
     segment's first group); the population's halving and early stopping discard such a group, and the model
-    is still the unfused one; the job returns once it is no longer running.  Groups of a whole segment (the default size) and of two 1000-row partitions."""
+    is still the unfused one; the job returns once it is no longer running.  Once only the full-batch
+    candidate trains, each partition's file-order block is made once (fused or not) -- the model of a job
+    that reads its files every pass.  Groups of a whole segment (the default size) and of two 1000-row partitions."""
     X, y = letter
     url = write_parquet(tmp_path / "d", X[:12000], y[:12000], rows_per_file=1000)
     if group_bytes is not None:
@@ -576,27 +578,29 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
         params = dict(measure="prbep", solver="2pmb", eta=0.5, n_passes=4, buffer_size=200, random_state=3,
                       monitor=(X[12000:], y[12000:]))
 
-    def run(fuse: bool) -> tuple[LinearModel, list[tuple[int, int, float]], list[bool]]:
+    def run(fuse: bool, cache: bool = True) -> tuple[LinearModel, list[tuple[int, int, float]], list[bool], int]:
         reported, ahead = [], []
+        since = cluster.run_on_scheduler(time.time)
 
         def on_step(p) -> None:
             reported.append((p.step, p.rows_seen, p.loss))
             if fuse and p.step < p.n_steps:
                 ahead.append(max(_fused_groups(cluster), default=-1) >= p.step)
 
-        with dask.config.set({FUSE_KEY: fuse}):
+        with dask.config.set({FUSE_KEY: fuse, CACHE_KEY: cache}):
             model = train(url, client=cluster, on_step=on_step, **params)
         # no group runs on after the job (one submitted ahead of the check that stopped it, cancelled while
         # running, would: a cluster closed under it logs a CancelledError warning)
         running = cluster.run(lambda dask_worker: [str(t.key) for t in dask_worker.state.tasks.values()
                                                    if t.state in ("executing", "cancelled")])
         assert not any(k.startswith("nsdist-group-") for keys in running.values() for k in keys)
-        return model, reported, ahead
+        log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-ordered-", since=since)
+        return model, reported, ahead, len({key for key, _, finish, _ in log if finish == "memory"})
 
     with caplog.at_level("INFO", logger="nsdist"):
-        plain, plain_steps, _ = run(False)
+        plain, plain_steps, _, plain_ordered = run(False)
         assert "fused steps" not in caplog.text
-        fused, fused_steps, ahead = run(True)
+        fused, fused_steps, ahead, fused_ordered = run(True)
         assert "fused steps: the partitions average" in caplog.text
     np.testing.assert_array_equal(fused.coef, plain.coef)
     assert fused.intercept == plain.intercept
@@ -608,6 +612,12 @@ def test_fused_steps_give_the_unfused_model_and_report_every_step(cluster, tmp_p
         json.dumps(points)      # (NaN losses of a population: equal as text)
     if case == "selection":
         assert fused.history["selection"] == plain.history["selection"]
+        # once only the full-batch candidate trains, each partition's file-order block is made once and kept
+        # (both ways), and the model is the one read from the files every pass
+        assert fused_ordered == plain_ordered == 12
+        uncached, *_ = run(False, cache=False)
+        np.testing.assert_array_equal(fused.coef, uncached.coef)
+        assert fused.intercept == uncached.intercept
         assert any(r["dropped_at_check"] for r in plain.history["selection"])     # halved: a discarded group
         assert fused.history["passes"] < fused.history["max_passes"]       # stopped early: a group discarded
     else:

@@ -150,11 +150,12 @@ def step_group(handed: Handed, dataset: Dataset, cfg: ChainConfig, reservoir: Re
     """Several consecutive steps in one task (runs on the worker that holds their partitions' cached rows):
     for each ``(partition, pass_index, last_of_pass)`` of ``plan``, with its partition's rows in ``cached``,
     :func:`load_block` from them and :func:`step_block` -- the very calls of a load task and a step task, so
-    the same states to the bit.  Returns every step's ``(state, stats)``: the driver reports each step as if
+    the same states to the bit.  ``file_order``: ``cached`` holds the blocks themselves (the chain keeps a
+    file-order block once only full-batch candidates train).  Returns every step's ``(state, stats)``: the driver reports each step as if
     it had run alone (checkpoints and the learning curve read the states)."""
     out: list[tuple[SGDState, np.ndarray]] = []
     for (partition, pass_index, last), rows in zip(plan, cached):
-        block = load_block(dataset, partition, pass_index, cfg, None, file_order, rows)
+        block = rows if file_order else load_block(dataset, partition, pass_index, cfg, None, file_order, rows)
         out.append(step_block(out[-1] if out else handed, block, cfg, reservoir, last))
     return out
 
@@ -419,6 +420,8 @@ class PartitionChain:
         self._t0 = time.perf_counter()
         self.kept: dict[int, Future] = {}
         self._cached: dict[int, Future] = {}     # partition -> its rows as read and scaled (the cache)
+        self._ordered: dict[int, Future] = {}    # partition -> its file-order block (the cache, once only
+        #                                          full-batch candidates train: the same block every pass)
         self._cache_reads = 0                    # how many times the cache was dropped: a new cache, new keys
         self._res_future = None
         self._spec, self._spec_cols = None, None
@@ -488,7 +491,8 @@ class PartitionChain:
         """Let the cached partitions go (the job is over: after the blocks kept for the cut, which were made
         from them, are used); a later read, and the loads from it, are keyed anew (a cancelled key submitted
         again at once can find the scheduler still forgetting it, with its old dependencies)."""
-        cached, self._cached = list(self._cached.values()), {}
+        cached = list(self._cached.values()) + list(self._ordered.values())
+        self._cached, self._ordered = {}, {}
         if cached:
             self._cache_reads += 1
         cancel_quietly(self.client, cached)
@@ -574,7 +578,8 @@ class PartitionChain:
             todo = range(first, end + 1)
             return end, client.submit(step_group, after, ds, spec, self._res_future,
                                       tuple((steps[i].block, steps[i].pass_index, ends_pass(steps, i)) for i in todo),
-                                      file_order, *[self._cached_rows(ds, spec, steps[i].block) for i in todo],
+                                      file_order, *[self._cached_rows(ds, spec, steps[i].block, file_order)
+                                                    for i in todo],
                                       key=f"nsdist-group-{tokenize(token, self._cache_reads)}-{end}", priority=1,
                                       **on_home)
 
@@ -688,14 +693,28 @@ class PartitionChain:
         cache, gathered from the partition's kept rows, read once (their key names the files, the dtype and
         the scaling: not the candidates, which a check narrows)."""
         s, cached, key = self.steps[i], None, f"nsdist-load-{token}-{i}"
+        if self.cache and file_order:       # the block itself, made once (not a load a pass)
+            return self._cached_rows(ds, spec, s.block, file_order=True, **where)
         if self.cache:
             cached = self._cached_rows(ds, spec, s.block, **where)
             key = f"nsdist-load-{tokenize(token, self._cache_reads)}-{i}"
         return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, cached,
                                   key=key, retries=2, **where)
 
-    def _cached_rows(self, ds: Future, spec: Future, partition: int, **where) -> Future:
-        """The cache's future of ``partition``'s rows, read on first use."""
+    def _cached_rows(self, ds: Future, spec: Future, partition: int, file_order: bool = False, **where) -> Future:
+        """The cache's future of ``partition``'s rows, read on first use.  ``file_order``: of its block when only
+        full-batch candidates train -- its training rows in file order, the same every pass
+        (:mod:`nsdist.solvers.plan`) -- made once from the rows kept, which it then replaces (which candidates
+        train only narrows, so the rows are not gathered again; if they are, they are read again)."""
+        if file_order:
+            block = self._ordered.get(partition)
+            if block is None:
+                rows = self._cached_rows(ds, spec, partition, **where)
+                block = self._ordered[partition] = self.client.submit(
+                    load_block, ds, partition, 0, spec, None, True, rows, retries=2, **where,
+                    key=f"nsdist-ordered-{tokenize(self._job, partition, self._cache_reads)}")
+                del self._cached[partition]     # released once the tasks that need it are done (not cancelled)
+            return block
         cached = self._cached.get(partition)
         if cached is None:
             scaling = None if self.cfg.scaling is None else (self.cfg.scaling.mean, self.cfg.scaling.scale)
