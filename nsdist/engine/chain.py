@@ -151,8 +151,8 @@ def step_group(handed: Handed, dataset: Dataset, cfg: ChainConfig, reservoir: Re
     for each ``(partition, pass_index, last_of_pass)`` of ``plan``, with its partition's rows in ``cached``,
     :func:`load_block` from them and :func:`step_block` -- the very calls of a load task and a step task, so
     the same states to the bit.  ``file_order``: ``cached`` holds the blocks themselves (the chain keeps a
-    file-order block once only full-batch candidates train).  Returns every step's ``(state, stats)``: the driver reports each step as if
-    it had run alone (checkpoints and the learning curve read the states)."""
+    file-order block once only full-batch candidates train).  Returns every step's ``(state, stats)``: the
+    driver reports each step as if it had run alone (checkpoints and the learning curve read the states)."""
     out: list[tuple[SGDState, np.ndarray]] = []
     for (partition, pass_index, last), rows in zip(plan, cached):
         block = rows if file_order else load_block(dataset, partition, pass_index, cfg, None, file_order, rows)
