@@ -188,8 +188,10 @@ def test_lazy_updates_across_blocks_and_frozen_candidates():
 
 
 def test_lazy_update_holds_the_live_candidates_row_major():
-    """With a frozen candidate the live columns are copied out row-major (C order): scipy's ``X @ W`` then
-    reads W as it lies instead of copying all d x M weights every epoch, and a step touches whole rows."""
+    """With a frozen candidate between live ones the live columns are copied out row-major (C order): scipy's
+    ``X @ W`` then reads W as it lies instead of copying all d x M weights every epoch, and a step touches
+    whole rows.  Live columns side by side are worked on where they lie (views of the state), and the
+    scores read a C-ordered copy in the rows' width."""
     from nsdist.solvers.kernel import SGDState
     from nsdist.solvers.lazy import LazyWeights
 
@@ -197,8 +199,49 @@ def test_lazy_update_holds_the_live_candidates_row_major():
     st.W[:] = np.arange(30000.0).reshape(5000, 6)
     cols = np.array([0, 2, 3, 5])
     weights = LazyWeights(st, cols, None)
-    assert weights.W.flags.c_contiguous and weights.W_sum.flags.c_contiguous
+    assert not weights.in_place and weights.W.flags.c_contiguous and weights.W_sum.flags.c_contiguous
     np.testing.assert_array_equal(weights.W, st.W[:, cols])
+    for cols in (np.array([1, 2, 3]), np.array([4])):
+        weights = LazyWeights(st, cols, None)
+        assert weights.in_place and np.shares_memory(weights.W, st.W) and np.shares_memory(weights.W_sum, st.W_sum)
+        for dtype in (np.float64, np.float32):
+            weights._wc = None
+            cast = weights._cast(np.dtype(dtype))
+            assert cast.flags.c_contiguous and cast.dtype == dtype and not np.shares_memory(cast, st.W)
+            np.testing.assert_array_equal(cast, st.W[:, cols].astype(dtype).reshape(cast.shape))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("frozen", ["none", "first", "last", "middle", "all but one"])
+def test_lazy_updates_in_place_or_copied_out_equal_dense_updates(frozen, dtype):
+    """Whichever candidates are frozen -- the live columns side by side (updated in place, through views) or
+    not (copied out and back) -- two lazy blocks from a warm start give the dense update's iterates bit for
+    bit and its sums to float rounding, and leave the state handed in as it was."""
+    from nsdist.solvers.kernel import SGDState, run_epochs
+
+    X, y = _wide(n=1000, seed=11, dtype=dtype)
+    d = X.shape[1]
+    population = _population(d, X.shape[0])
+    M = len(population)
+    rng = np.random.default_rng(1)
+    W0 = np.zeros((d, M))
+    W0[rng.choice(d, 400, replace=False)] = rng.normal(size=(400, M))
+    start = SGDState(W=W0.copy(), W_sum=2 * W0, epoch=2)
+    dead = {"none": [], "first": [0], "last": [M - 1], "middle": [M // 2], "all but one": [j for j in range(M)
+                                                                                           if j != 1]}[frozen]
+    start.alive[dead] = False
+    out = {}
+    for name, radius in (("lazy", None), ("dense", 1e300)):
+        st, _ = run_epochs(start, X[:600], y[:600], population, buffer_size=100, radius=radius)
+        out[name], _ = run_epochs(st, X[600:], y[600:], population, buffer_size=100, radius=radius)
+    assert out["lazy"].epoch == out["dense"].epoch > start.epoch
+    np.testing.assert_array_equal(out["lazy"].W, out["dense"].W)
+    np.testing.assert_allclose(out["lazy"].W_sum, out["dense"].W_sum, rtol=1e-12,
+                               atol=1e-12 * np.abs(out["dense"].W_sum).max())
+    np.testing.assert_array_equal(out["lazy"].W[:, dead], W0[:, dead])
+    np.testing.assert_array_equal(out["lazy"].W_sum[:, dead], 2 * W0[:, dead])
+    np.testing.assert_array_equal(start.W, W0)
+    np.testing.assert_array_equal(start.W_sum, 2 * W0)
 
 
 def test_lazy_iterate_sum_is_completed_in_slices(monkeypatch):

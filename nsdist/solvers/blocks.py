@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gather_block", "take_rows", "take_columns", "put_columns", "PassBuffer", "TAKE_BYTES", "LONG_ROW",
-           "COLUMN_ROWS"]
+__all__ = ["gather_block", "take_rows", "column_range", "take_columns", "put_columns", "PassBuffer", "TAKE_BYTES",
+           "LONG_ROW", "COLUMN_ROWS"]
 
 #: :func:`take_rows` gathers a C-ordered matrix this many bytes of rows at a time (at least 256 rows): a chunk
 #: stays in cache while it is written out column by column (1M x 100 float32 rows in stream order: about the
@@ -150,9 +150,22 @@ def _shift_scale(A: np.ndarray, shift: np.ndarray | None, scale: np.ndarray | No
         A /= scale
 
 
+def column_range(cols: np.ndarray) -> slice | None:
+    """``slice(lo, hi)`` when ``cols`` is ``lo, lo + 1, ..., hi - 1`` (the columns side by side), else None."""
+    if cols.shape[0] == 0:
+        return None
+    lo, n = int(cols[0]), cols.shape[0]
+    return slice(lo, lo + n) if np.array_equal(cols, np.arange(lo, lo + n)) else None
+
+
 def take_columns(A: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """``A[:, cols]`` as a new C-ordered array, :data:`COLUMN_ROWS` rows at a time (numpy's ``A[:, cols]``
-    strides over the whole of ``A`` once per column: 2 to 4x slower at ``d = 2^20``)."""
+    """``A[:, cols]`` as a new C-ordered array: a slice's copy for columns side by side (:func:`column_range`;
+    the live candidates usually are), else :data:`COLUMN_ROWS` rows at a time (numpy's ``A[:, cols]``
+    strides over the whole of ``A`` once per column: 2 to 4x slower at ``d = 2^20``; the slice's copy is
+    10x faster still: 44 against 470-590 ms for 30 of 31 columns at ``d = 2^20``)."""
+    span = column_range(cols)
+    if span is not None:
+        return A[:, span].copy()
     out = np.empty((A.shape[0], cols.shape[0]), dtype=A.dtype)
     for a in range(0, A.shape[0], COLUMN_ROWS):
         np.take(A[a:a + COLUMN_ROWS], cols, axis=1, out=out[a:a + COLUMN_ROWS])
@@ -160,6 +173,10 @@ def take_columns(A: np.ndarray, cols: np.ndarray) -> np.ndarray:
 
 
 def put_columns(A: np.ndarray, cols: np.ndarray, B: np.ndarray) -> None:
-    """``A[:, cols] = B``, :data:`COLUMN_ROWS` rows at a time (as :func:`take_columns`)."""
+    """``A[:, cols] = B`` (as :func:`take_columns`: through a slice for columns side by side)."""
+    span = column_range(cols)
+    if span is not None:
+        A[:, span] = B
+        return
     for a in range(0, A.shape[0], COLUMN_ROWS):
         A[a:a + COLUMN_ROWS, cols] = B[a:a + COLUMN_ROWS]

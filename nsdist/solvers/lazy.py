@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..losses.base import used_rows
-from .blocks import put_columns, take_columns
+from .blocks import column_range, put_columns, take_columns
 
 __all__ = ["LazyWeights", "use_lazy", "row_slice", "LAZY_FEATURES", "LAZY_FRACTION"]
 
@@ -116,21 +116,26 @@ class LazyWeights:
         if radius is not None:
             raise ValueError("lazy updates cannot project (the projection rescales every weight)")
         self.st, self.cols, self.e0 = st, cols, st.epoch
-        # the state is the kernel's own (row-major) copy: with every candidate alive, update its W in place.
-        # Row-major either way: a step reads and writes whole rows W[T] (a feature's M weights side by side),
-        # and scipy's X @ W takes a C-ordered W as it is but copies any other layout whole, O(d M) an epoch
-        self.whole = cols.size == st.W.shape[1]
-        self.W = st.W if self.whole else take_columns(st.W, cols)
-        self.W_sum = st.W_sum if self.whole else take_columns(st.W_sum, cols)  # + sum_t (1 - t) Delta_t
+        # the state is the kernel's own (row-major) copy: live columns side by side (every candidate alive, or
+        # all but the full-batch ones, which come last) are updated where they are, through views; others are
+        # copied out and back (two d x M copies each way: 1.2 s a block at d = 2^20 x 30, mostly fresh pages).
+        # Row-major either way: a step reads and writes whole rows W[T] (a feature's M weights side by side)
+        span = column_range(cols)
+        self.in_place = span is not None
+        self.W = st.W[:, span] if self.in_place else take_columns(st.W, cols)
+        self.W_sum = st.W_sum[:, span] if self.in_place else take_columns(st.W_sum, cols)  # + sum (1 - t) Delta_t
         # one candidate: vectors (views), for numpy's one-dimensional indexing and scipy's matrix-vector loop
         self._w, self._w_sum = (self.W[:, 0], self.W_sum[:, 0]) if self.W.shape[1] == 1 else (self.W, self.W_sum)
         self.slot = np.empty(self.W.shape[0], dtype=np.int32)
         self._wc, self._wc_copy = None, False
 
     def _cast(self, dtype: np.dtype) -> np.ndarray:
-        """``W`` in the rows' float width (a view for float64, kept up to date by :meth:`step` otherwise)."""
+        """``W`` in the rows' float width, C-ordered: ``W`` itself when it is both, else a copy kept up to
+        date by :meth:`step` (scipy's ``X @ W`` takes a C-ordered ``W`` as it is but copies any other layout
+        whole, ``O(d M)`` an epoch)."""
         if self._wc is None or self._wc.dtype != dtype:
-            self._wc, self._wc_copy = (self._w, False) if self._w.dtype == dtype else (self._w.astype(dtype), True)
+            as_is = self._w.dtype == dtype and self._w.flags.c_contiguous
+            self._wc, self._wc_copy = (self._w, False) if as_is else (np.array(self._w, dtype=dtype, order="C"), True)
         return self._wc
 
     def scores(self, Xe) -> np.ndarray:
@@ -193,6 +198,6 @@ class LazyWeights:
             for a in range(0, self.W.shape[0], FINISH_ROWS):
                 part = np.multiply(self.W[a:a + FINISH_ROWS], float(n), out=scaled[:self.W.shape[0] - a])
                 self.W_sum[a:a + FINISH_ROWS] += part
-        if not self.whole:
+        if not self.in_place:
             put_columns(self.st.W, self.cols, self.W)
             put_columns(self.st.W_sum, self.cols, self.W_sum)
