@@ -10,7 +10,7 @@ import signal
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, get_task_stream
 from test_engine import letter_arrays, write_parquet
 from test_faults import assert_same_model, next_step_worker, sigkill_worker
 
@@ -98,6 +98,42 @@ def test_k_chains_of_a_wide_state_narrowed_to_the_candidates_that_train_give_the
     assert wide.history["selection"] == gathered.history["selection"]
     assert sum(r["dropped_at_check"] is not None for r in wide.history["selection"]) > 1   # some were frozen
     assert len(seen) > 10 and all(np.array_equal(state.W, W) for state, W in seen)
+
+
+def test_a_wide_state_steps_ahead_of_a_check_that_keeps_the_candidates(cluster, letter_12, monkeypatch):
+    """docs/engine.md §Partition chain: a wide state's segment end also submits the next segment's first step,
+    keyed as that segment keys it if the check between them keeps the live candidates (``GATHER_BYTES = 0``
+    handles every state as a wide one).  The checks after one that kept them find it submitted -- the workers
+    step while the driver checks -- every step is computed once but for those a check that froze candidates
+    or stopped made obsolete, and the model and selection are the chain's that gathers every state."""
+    import nsdist.engine.chain as chain
+    from nsdist.solvers import select
+
+    url, _, _ = letter_12
+    params = dict(measure="prbep", random_state=2, max_passes=20, validation_folds=1)      # streamed
+    gathered = train(url, client=cluster, **params)
+    monkeypatch.setattr(chain, "GATHER_BYTES", 0)
+    position, seen = [0], []
+    check = select.Selection.check
+
+    def watched(self, *args, **kwargs):      # at each check: the next step's index, the steps submitted
+        seen.append((position[0], {int(str(k).rsplit("-", 1)[1]) for k in list(cluster.futures)
+                                   if str(k).startswith("nsdist-step-")}))
+        return check(self, *args, **kwargs)
+
+    monkeypatch.setattr(select.Selection, "check", watched)
+    with get_task_stream(cluster) as stream:
+        wide = train(url, client=cluster, on_step=lambda p: position.__setitem__(0, p.step), **params)
+    assert_same_model(gathered, wide)
+    assert wide.history["selection"] == gathered.history["selection"]
+    froze = {r["dropped_at_check"] for r in wide.history["selection"] if r["dropped_at_check"] is not None}
+    n_steps = len(wide.history["curve"])
+    # check k (from 1) finds the next step submitted exactly when check k - 1 kept the candidates
+    bets = [(pos in submitted, k > 1 and k - 1 not in froze) for k, (pos, submitted) in enumerate(seen, start=1)
+            if pos < n_steps]
+    assert len(seen) > 5 and any(made for made, _ in bets) and all(made == steady for made, steady in bets)
+    computed = [t["key"] for t in stream.data if str(t["key"]).startswith("nsdist-step-")]
+    assert 0 <= len(computed) - n_steps <= len(froze) + 1
 
 
 def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12):

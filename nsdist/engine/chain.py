@@ -426,6 +426,8 @@ class PartitionChain:
         self._res_future = None
         self._spec, self._spec_cols = None, None
         self._ahead: list[Future] = []       # the next segment's first loads, submitted before its check
+        self._stepped: list[Future] = []     # ... and a wide state's first step on them (:meth:`_step_ahead`)
+        self._steady = False                 # the last check left the live candidates as they were
         self._gates: tuple[int | None, list[Future]] = (None, [])     # (the step they lead into, the gates)
         # a wide state's last segment end: its future (the narrowed state stays on the cluster), the state as
         # the driver holds it, the columns it was narrowed to
@@ -451,6 +453,9 @@ class PartitionChain:
                                       and np.array_equal(self._state.alive, state.alive)):
             cancel_quietly(self.client, [ahead[0]])
             self._next = None
+        # the check before this segment left the live candidates as they were: so will the next, likely
+        # (:meth:`_step_ahead` bets on it; the first checks of a population halve it)
+        self._steady = self._state is not None and np.array_equal(self._state.alive, state.alive)
         self._pos, self._state, self._stop = first, state, stop
         self._reported = first               # steps reported (statistics kept, on_step called) so far
         limit = GATHER_BYTES if self.gather_bytes is None else self.gather_bytes
@@ -477,11 +482,14 @@ class PartitionChain:
 
     def release(self) -> None:
         """Drop the loads submitted ahead for a segment that will not run (the job stopped early)."""
-        ahead, self._ahead = self._ahead, []
-        if self._next is not None:   # the next segment's group, likely running: let it end first (a cancelled
-            with contextlib.suppress(Exception):       # task runs on, and a cluster closed under it logs a
-                self._next[0].result(timeout=RELEASE_WAIT)      # CancelledError warning to the user)
-            ahead.append(self._next[0])
+        ahead, self._ahead, stepped, self._stepped = self._ahead, [], self._stepped, []
+        # the next segment's group or step, likely running: let it end first (a cancelled task runs on, and a
+        # cluster closed under it logs a CancelledError warning to the user)
+        for fut in ([self._next[0]] if self._next is not None else []) + stepped[-1:]:
+            with contextlib.suppress(Exception):
+                fut.result(timeout=RELEASE_WAIT)
+            ahead.append(fut)
+        ahead += stepped
         self._gates = (None, [])
         self._tail = None
         self._next = None
@@ -532,7 +540,9 @@ class PartitionChain:
         # a load's key names what it reads -- not the state -- so that the loads submitted ahead of a check
         # (``_ahead``) are the ones the next segment asks for; a check that changes the row order changes the key
         load_token = tokenize(job, file_order)
-        ahead, self._ahead = self._ahead, []      # held until this segment has asked for them
+        # held until this segment has asked for them (the step ahead of the check: the very task this segment
+        # submits first if the check left the live candidates as they were -- the same key -- else let go)
+        ahead, self._ahead, self._stepped = self._ahead + self._stepped, [], []
         if self._spec is None or not np.array_equal(self._spec_cols, cols):
             # the config (its scaling: 2 d floats) and the dataset (paths, schema) travel once, not in every
             # task; the config again when the candidates trained change
@@ -646,6 +656,8 @@ class PartitionChain:
                         self._ahead = [self._load(ds, spec, j, gated[k] if k < len(gated) else None, file_order,
                                                   load_token)
                                        for k, j in enumerate(range(nxt, min(nxt + depth * per_round, len(steps))))]
+                        if not self._gather and per_round == 1 and self._ahead and self._steady:
+                            self._step_ahead(prev, st, start, cols, job, spec)
                 ahead = []          # the steps that use them hold them now (a held block counts against prefetch)
                 i, fut, _, summary = inflight[0]
                 if summary is None or i + 1 == self._stop:
@@ -677,9 +689,26 @@ class PartitionChain:
             # and the failed step now, so that they neither stay in the workers' memory nor answer
             # a later job that asks for the same keys.
             self._gates = (None, [])
-            ahead, self._next = ([self._next[0]] if self._next else []), None
+            ahead, self._next = ([self._next[0]] if self._next else []) + ahead + self._stepped, None
+            self._stepped = []
             cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)] + ahead)
             raise
+
+    def _step_ahead(self, last: Future, st: SGDState, start: SGDState, cols: np.ndarray, job: str,
+                    spec: Future) -> None:
+        """A wide state's segment ends with step ``last`` (a future): the next segment's first step, on its
+        load ahead (:attr:`_ahead`), submitted now as that segment will submit it if the check between them
+        leaves the live candidates as they are -- from ``last`` made the segment's start on its worker
+        (:func:`with_alive`), under the same keys.  That segment then finds it running or done, and the
+        check's fetch and scoring overlap it; a check that freezes candidates keys its steps anew, and this
+        one is let go (docs/engine.md §Partition chain)."""
+        i = self._stop
+        token = tokenize(job, last.key, st.alive, i)
+        state = self.client.submit(with_alive, last, start.alive, np.arange(cols.size), key=f"nsdist-alive-{token}",
+                                   priority=1)
+        self._stepped = [state, self.client.submit(step_block, state, self._ahead[0], spec, self._res_future,
+                                                   ends_pass(self.steps, i), key=f"nsdist-step-{token}-{i}",
+                                                   priority=1)]
 
     def _submitted(self, nxt: int) -> None:
         """The steps before ``nxt`` are submitted: once all are, :attr:`on_loads_done`."""

@@ -258,7 +258,10 @@ class SGDState:
 
     def _put(self, cols: np.ndarray, W: np.ndarray, W_sum: np.ndarray, in_place: bool = False
              ) -> tuple[np.ndarray, np.ndarray]:
-        """``self.W`` and ``self.W_sum`` (or copies of them) with their columns ``cols`` set to ``W``, ``W_sum``."""
+        """``self.W`` and ``self.W_sum`` (or copies of them) with their columns ``cols`` set to ``W``, ``W_sum``
+        (every column: ``W`` and ``W_sum`` themselves, unless ``in_place``)."""
+        if not in_place and np.array_equal(cols, np.arange(self.n_candidates)):
+            return W, W_sum
         out = (self.W, self.W_sum) if in_place else (self.W.copy(), self.W_sum.copy())
         put_columns(out[0], cols, W)
         put_columns(out[1], cols, W_sum)
