@@ -485,11 +485,11 @@ class PartitionChain:
         ahead, self._ahead, stepped, self._stepped = self._ahead, [], self._stepped, []
         # the next segment's group or step, likely running: let it end first (a cancelled task runs on, and a
         # cluster closed under it logs a CancelledError warning to the user)
-        for fut in ([self._next[0]] if self._next is not None else []) + stepped[-1:]:
+        running = ([self._next[0]] if self._next is not None else []) + stepped[-1:]
+        for fut in running:
             with contextlib.suppress(Exception):
                 fut.result(timeout=RELEASE_WAIT)
-            ahead.append(fut)
-        ahead += stepped
+        ahead += running + stepped[:-1]
         self._gates = (None, [])
         self._tail = None
         self._next = None
