@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 from dask.base import tokenize
+from distributed import Future
 
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
@@ -325,10 +326,16 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     if fused:
         log.info("fused steps: the partitions average %.1f MB, so each task gathers and steps up to %d rows of "
                  "them on one worker", held / len(ds.partitions) / 1e6, fused)
+    def cut_ahead(last: Future) -> None:
+        """The last step is submitted: the blocks kept for the cut are scored by its model as soon as it
+        exists, on their workers (not after the driver has fetched the state and sent the model back)."""
+        if all(i in chain.kept for i in keep):      # (a resumed run may not have loaded them: read instead)
+            sample.adopt([chain.kept[i] for i in keep], model=chain.model_of(last))
+
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache, fused=fused,
                            checks=tuple(checks),
-                           on_loads_done=None if sample is None or keep else sample.prefetch)
+                           on_loads_done=cut_ahead if keep else None if sample is None else lambda last: sample.prefetch())
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None
@@ -376,8 +383,6 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
             chain.release()
         phases["chain"] = time.perf_counter() - t
         t = time.perf_counter()
-        if keep and all(i in chain.kept for i in keep):    # (a resumed run may not have loaded them: read instead)
-            sample.adopt([chain.kept[i] for i in keep])
         chain.kept.clear()
         if selection is not None:
             w, b = selection.model(cfg, *val)

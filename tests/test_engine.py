@@ -871,9 +871,10 @@ def test_sparse_sample_cut_is_the_cut_of_the_stacked_rows(cluster, tmp_path, mea
 def test_sample_adopts_blocks_in_any_row_order(cluster, tmp_path, letter_parquet):
     """WorkerSample.adopt takes CSR blocks already on the workers (the chain's loads: every row of a partition,
     in stream order): the cut is the one of the partitions read in file order, to the bit; cancelled (as if
-    lost), they are read afresh, the same cut; dense blocks are refused (a dense product's bits follow the
-    row order)."""
+    lost), they are read afresh, the same cut; scores made ahead by a model future serve only a cut of that
+    very model; dense blocks are refused (a dense product's bits follow the row order)."""
     import scipy.sparse as sp
+    from distributed import get_task_stream, wait
     from sklearn.datasets import dump_svmlight_file
 
     from nsdist import ingest
@@ -903,5 +904,37 @@ def test_sample_adopts_blocks_in_any_row_order(cluster, tmp_path, letter_parquet
     cluster.cancel(sample.futures)                       # lost: read from the files, the same cut
     assert sample.cut(w, None, "prec@k", 0.05) == ref
     sample.release()
+
+    # scored ahead by a model on the cluster (the chain's last step's): taken when the cut's w is that model,
+    # to the bit; another w (one ulp off), or scores lost, are scored afresh -- the cut of the w asked for
+    def scored(model_w):
+        [model] = cluster.scatter([(model_w, None)], hash=False)
+        sample.adopt(cluster.scatter(shuffled, hash=False), model=model)
+        wait([*sample._scored[:2], *sample._scored[2]])     # made before the cut is asked for
+        return sample
+
+    def block_scores(ts):
+        return sum(str(r["key"]).startswith("_block_scores") for r in ts.data)
+
+    other = w.copy()
+    other[7] = np.nextafter(other[7], np.inf)
+    ref_other = cut_intercept("prec@k", np.concatenate([r[1] for r in read]),
+                              np.asarray(sp.vstack([r[0] for r in read]) @ other, dtype=np.float64), k=0.05)
+    for model_w, asked, expected, scorings in ((w, w, ref, 2), (w, other, ref_other, 4), (other, w, ref, 4)):
+        with get_task_stream(cluster) as ts:
+            assert scored(model_w).cut(asked, None, "prec@k", 0.05) == expected
+            assert sample._scored is None                # used once
+        assert block_scores(ts) == scorings                 # 2 ahead, 2 more when scored afresh
+    sample.adopt(cluster.scatter(shuffled, hash=False), model=cluster.scatter([(w, None)], hash=False)[0])
+    cluster.cancel(sample._scored[2])                       # the scores made ahead lost: scored afresh
+    assert sample.cut(w, None, "prec@k", 0.05) == ref
+    sample.release()
+    one = WorkerSample(cluster, ds, [2], dtype="float64")   # one partition: its scores made ahead too
+    one.adopt(cluster.scatter(shuffled[:1], hash=False), model=cluster.scatter([(w, None)], hash=False)[0])
+    wait([*one._scored[:2], *one._scored[2]])
+    with get_task_stream(cluster) as ts:
+        assert one.cut(w, None, "prec@k", 0.05) == cut_intercept("prec@k", read[0][1], read[0][0] @ w, k=0.05)
+    assert block_scores(ts) == 0                            # already made when the cut was asked for
+    one.release()
     with pytest.raises(ValueError, match="CSR blocks only"):
         WorkerSample(cluster, open_dataset(letter_parquet[0]), [0], dtype="float64").adopt([])

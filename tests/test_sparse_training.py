@@ -391,8 +391,9 @@ def _six_partitions(tmp_path, cluster):
 @pytest.mark.parametrize("measure, params", [("prec@k", {"k": 0.05}), ("pauc", {"beta": 0.2})])
 def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_path, measure, params):
     """A fixed 1PMB run over CSR data places its ranking cut on the rows of the partitions its chain loaded
-    last (up to validation_max_rows), scored where the chain left them: none is read a second time, and the
-    intercept is the cut of those rows read afresh and scored by the returned model, to the bit."""
+    last (up to validation_max_rows), scored where the chain left them, once, by the model of the last step
+    made on the cluster: none is read a second time, and the intercept is the cut of those rows read afresh
+    and scored by the returned model, to the bit."""
     from distributed import get_task_stream
 
     from nsdist.solvers.measure import cut_intercept
@@ -406,6 +407,7 @@ def test_fixed_sparse_run_cuts_on_the_blocks_the_chain_loaded_last(cluster, tmp_
     keys = [str(r["key"][0] if isinstance(r["key"], tuple) else r["key"]) for r in ts.data]
     loads = [k for k in keys if k.startswith("nsdist-load-")]
     assert len(loads) == 2 * 6 and not [k for k in keys if k.startswith("_read-")]   # each partition once a pass
+    assert sum(k.startswith("nsdist-model-") for k in keys) == 1 and sum(k.startswith("_block_scores") for k in keys) == 2
     last = [p["partition"] for p in model.history["curve"]][::-1][:2]      # the last two steps: 600 rows <= 700
     assert len(set(last)) == 2
     rows = [ds.read_partition(p, dtype="float64") for p in last]

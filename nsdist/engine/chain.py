@@ -194,6 +194,12 @@ def segment_change(result: tuple[SGDState, np.ndarray], alive: np.ndarray, clock
     return state.change(alive, clock), stats
 
 
+def step_model(handed: Handed, cfg: ChainConfig) -> tuple[np.ndarray, Scaling | None]:
+    """``(w, scaling)`` of candidate 0 of ``handed``'s state (runs where the state lives): the model
+    :meth:`SGDState.model` gives the driver from the same state, to the bit."""
+    return _state_of(handed).model(0, cfg.config.average)[0], cfg.scaling
+
+
 def zero_state(d: int, alive: np.ndarray) -> SGDState:
     """``w_0 = 0`` for the candidates ``alive``, made on the worker that steps first instead of sent there."""
     return replace(SGDState.zeros(d, alive.shape[0]), alive=np.array(alive, dtype=bool))
@@ -364,9 +370,12 @@ class PartitionChain:
         How many times a failed step (lost worker, ...) is redone from the last
         gathered state before the error is raised.
     on_loads_done : callable, optional
-        Called once, when the last partition of the plan has been submitted:
-        work that can fill the workers' idle time during the last steps (the
-        sample of a fixed run's cut, :meth:`~nsdist.engine.holdout.WorkerSample.prefetch`).
+        Called once, when the last partition of the plan has been submitted, with
+        the future of that last step's result: work that can fill the workers'
+        idle time during the last steps, or follow the last step on the workers
+        without waiting for the driver (a fixed run's cut: the sample read,
+        :meth:`~nsdist.engine.holdout.WorkerSample.prefetch`, or the kept blocks
+        scored by the model of :meth:`model_of`).
     keep_loads : set of int
         Steps whose loaded blocks are kept after their step, in :attr:`kept`
         (step -> future of its ``(X, y)`` block) until the caller releases them:
@@ -408,7 +417,7 @@ class PartitionChain:
     on_step: Callable[["ChainProgress"], None] | None = None
     max_restarts: int = MAX_RESTARTS
     gather_bytes: int | None = None
-    on_loads_done: Callable[[], None] | None = None
+    on_loads_done: Callable[[Future], None] | None = None
     keep_loads: frozenset[int] = frozenset()
     stats: list[np.ndarray] = field(default_factory=list)
     elapsed_offset: float = 0.0
@@ -601,7 +610,7 @@ class PartitionChain:
             if end + 1 == self._stop and following:
                 last, ahead = group(end + 1, min(following), fut)
                 self._next = (ahead, last, end + 1)
-            self._submitted(end + 1)
+            self._submitted(end + 1, fut)
 
         adopted, self._next = self._next, None
         if adopted is not None:         # the group submitted before the check, which kept the state (run)
@@ -649,7 +658,7 @@ class PartitionChain:
                     if self._gather and per_round == 1:
                         gates.append(prev)
                     nxt = end + 1
-                    self._submitted(nxt)
+                    self._submitted(nxt, prev)
                     if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
                         gated = list(gates) if len(gates) == gates.maxlen else []
                         self._gates = (nxt, list(gates))
@@ -710,11 +719,17 @@ class PartitionChain:
                                                    ends_pass(self.steps, i), key=f"nsdist-step-{token}-{i}",
                                                    priority=1)]
 
-    def _submitted(self, nxt: int) -> None:
-        """The steps before ``nxt`` are submitted: once all are, :attr:`on_loads_done`."""
+    def _submitted(self, nxt: int, last: Future) -> None:
+        """The steps before ``nxt`` are submitted, the last of them ``last``: once all are, :attr:`on_loads_done`."""
         if nxt == len(self.steps) and self.on_loads_done is not None:
-            self.on_loads_done()
+            self.on_loads_done(last)
             self.on_loads_done = None
+
+    def model_of(self, step: Future) -> Future:
+        """The future of ``(w, scaling)``: candidate 0's model (averaged or last, as the run returns it) in the
+        state of ``step``'s result, made where that state lies, with the chain's scaling -- what
+        :func:`~nsdist.engine.holdout.WorkerSample.adopt` scores the kept blocks by."""
+        return self.client.submit(step_model, step, self._spec, key=f"nsdist-model-{step.key}", priority=1)
 
     def _load(self, ds: Future, spec: Future, i: int, gate: Future | None, file_order: bool, token: str,
               **where) -> Future:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import zlib
 
 import numpy as np
-from distributed import Client, fire_and_forget
+from distributed import Client, Future, fire_and_forget
 
-from .._faults import MAX_RESTARTS, redo_lost
+from .._faults import MAX_RESTARTS, is_transient, redo_lost
 from .._threads import on_one_blas_thread
 from ..data import Dataset
 from ..solvers.blocks import gather_block
@@ -223,6 +224,15 @@ def _block_scores(block, model: tuple) -> tuple[np.ndarray, np.ndarray]:
     return block[1], _scores(block[0], w, scaling)
 
 
+def _model_digest(model: tuple) -> tuple:
+    """A checksum of ``model = (w, scaling)``'s bits (CRC-32: 2 ms at 2^20 features, where a cryptographic
+    hash takes 9): whether scores made ahead are the ones ``w`` gives -- a guard against a slip, not an
+    adversary."""
+    w, scaling = model
+    arrays = [w] if scaling is None else [w, scaling.mean, scaling.scale, np.array([scaling.centered])]
+    return tuple((a.shape, a.dtype.str, zlib.crc32(np.ascontiguousarray(a).view(np.uint8))) for a in arrays)
+
+
 def _warm() -> None:
     """Import what the chain's tasks need (a fresh worker pays for it once, here rather than in the chain)."""
     import nsdist.engine.chain  # noqa: F401
@@ -255,6 +265,7 @@ class WorkerSample:
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
         self.blocks: list = []
         self._rows = None
+        self._scored: tuple[Future, Future, list[Future]] | None = None   # (model, digest, scores): adopt
         with contextlib.suppress(Exception):     # best effort: a worker that is not warmed up imports later
             for w in client.scheduler_info()["workers"]:
                 fire_and_forget(client.submit(_warm, pure=False, workers=[w], allow_other_workers=False))
@@ -275,18 +286,27 @@ class WorkerSample:
         if not self.blocks:
             self._load(priority=-1)
 
-    def adopt(self, blocks: list) -> None:
+    def adopt(self, blocks: list, model: Future | None = None) -> None:
         """Take the sample's rows from blocks already on the workers instead of reading them: the chain's
         loads of the same partitions (:attr:`PartitionChain.kept`), every row of each in its stream order.
 
         Only for a CSR dataset's ranking cut, which is the same on the rows in any
         order: each row's score is its own sum, and :func:`cut_intercept` sorts
         the scores.  A block lost with its worker is read again (:meth:`_on_sample`).
+
+        ``model``: the future of the ``(w, scaling)`` the cut will be asked for
+        (:meth:`PartitionChain.model_of` the chain's last step): the blocks are
+        scored by it as soon as it exists, where they lie, while the driver is
+        still fetching the chain's last state.  :meth:`cut` takes those scores if
+        its ``w`` has the same bits (a digest made beside them), else scores afresh.
         """
         if not self.dataset.is_sparse:
             raise ValueError("WorkerSample.adopt takes CSR blocks only (a dense product's bits depend on the row order)")
         self.release()
         self.blocks = list(blocks)
+        if model is not None:       # (held with them: a scattered model is forgotten once its last holder lets go)
+            self._scored = (model, self.client.submit(_model_digest, model, pure=False),
+                            self.client.map(_block_scores, self.blocks, model=model, pure=False))
 
     def _concatenated(self):
         if len(self.blocks) == 1:
@@ -341,15 +361,38 @@ class WorkerSample:
                                       pure=False).result()
 
         def sparse() -> float:
-            [model] = self.client.scatter([(w, scaling)], hash=False)     # once, not in every task (8 MB at 2^20)
-            parts = self.client.gather(self.client.map(_block_scores, self.blocks, model=model, pure=False))
-            model.release()
+            parts = self._scored_by(w, scaling)
+            if parts is None:
+                [model] = self.client.scatter([(w, scaling)], hash=False)     # once, not in every task (8 MB at 2^20)
+                parts = self.client.gather(self.client.map(_block_scores, self.blocks, model=model, pure=False))
+                model.release()
             return cut_intercept(measure, np.concatenate([p[0] for p in parts]),
                                  np.concatenate([p[1] for p in parts]), k=k)
 
-        return self._on_sample(sparse if self.dataset.is_sparse and len(self.partitions) > 1 else dense)
+        by_block = self.dataset.is_sparse and (len(self.partitions) > 1 or self._scored is not None)
+        return self._on_sample(sparse if by_block else dense)
+
+    def _scored_by(self, w: np.ndarray, scaling) -> list | None:
+        """The blocks' ``(labels, scores)`` made ahead (:meth:`adopt`'s ``model``), if that model is ``(w,
+        scaling)`` to the bit and they were not lost; else None (used once: the next cut scores afresh)."""
+        scored, self._scored = self._scored, None
+        if scored is None:
+            return None
+        model, digest, parts = scored
+        try:
+            if digest.result() != _model_digest((w, scaling)):
+                log.debug("the cut's scores made ahead are of another model: scoring again")
+                return None
+            return self.client.gather(parts)
+        except BaseException as exc:    # lost with a worker, or cancelled: score the blocks (or read them) afresh
+            if not is_transient(exc):
+                raise
+            log.debug("the cut's scores made ahead were lost (%s: %s): scoring again", type(exc).__name__, exc)
+            return None
+        finally:
+            self.client.cancel([model, digest, *parts])
 
     def release(self) -> None:
-        for f in self.futures:
+        for f in self.futures + ([] if self._scored is None else [*self._scored[:2], *self._scored[2]]):
             f.release()
-        self.blocks, self._rows = [], None
+        self.blocks, self._rows, self._scored = [], None, None
