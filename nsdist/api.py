@@ -23,7 +23,7 @@ from ._validation import as_pm1_labels
 from .data import Dataset, ingest
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits, fused_rows
 from .engine.checkpoint import Checkpoint, Checkpointer
-from .engine.cluster import connect, heap_for_blocks
+from .engine.cluster import connect, fetch, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
 from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
@@ -528,7 +528,7 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
     or iteration."""
     from .estimator import (NonDecomposableClassifier, advance_folds, fit_folds_in_lockstep,  # scikit-learn:
                             fold_plans, fold_results, start_folds)       # ~1 s to import, only these fits need it
-    blocks = c.gather(c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
+    blocks = fetch(c, c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
     X = sp.vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:

@@ -938,3 +938,35 @@ def test_sample_adopts_blocks_in_any_row_order(cluster, tmp_path, letter_parquet
     one.release()
     with pytest.raises(ValueError, match="CSR blocks only"):
         WorkerSample(cluster, open_dataset(letter_parquet[0]), [0], dtype="float64").adopt([])
+
+
+def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
+    """Results come to the driver straight from workers on this machine (not through the scheduler: two hops,
+    both on an embedded cluster's driver process); through the scheduler from workers elsewhere, Dask's
+    default, unless the client was made to say otherwise."""
+    from distributed import Client
+
+    from nsdist.engine.cluster import _on_this_machine, direct_to_workers, fetch
+
+    assert _on_this_machine("tcp://127.0.0.1:8786") and _on_this_machine("tcp://[::1]:8786")
+    assert _on_this_machine("inproc://10.0.0.1/123/1")
+    assert not _on_this_machine("tcp://192.0.2.7:8786")          # TEST-NET-1: no machine's own address
+    assert direct_to_workers(cluster)
+    with Client(cluster.cluster, direct_to_workers=False, set_as_default=False) as told:
+        assert not direct_to_workers(told)
+    scheduler = cluster.cluster.scheduler
+    gather, asked = scheduler.handlers["gather"], []
+
+    def counting(*args, **kwargs):
+        asked.append(1)
+        return gather(*args, **kwargs)
+
+    scheduler.handlers["gather"] = counting
+    try:
+        future = cluster.submit(np.arange, 1 << 20, pure=False)
+        np.testing.assert_array_equal(fetch(cluster, future), np.arange(1 << 20))
+        assert asked == []
+        np.testing.assert_array_equal(fetch(cluster, future, direct=False), np.arange(1 << 20))
+        assert asked == [1]
+    finally:
+        scheduler.handlers["gather"] = gather

@@ -47,6 +47,7 @@ from ..solvers.config import TrainConfig
 from ..solvers.blocks import take_rows
 from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_states, run_epochs
 from ..solvers.plan import Holdout, Step, block_rows, ends_pass
+from .cluster import direct_to_workers, fetch
 from .reservoir import Reservoir
 from .scaling import Scaling
 
@@ -560,6 +561,7 @@ class PartitionChain:
             self._spec, self._spec_cols = client.scatter(cfg.narrowed(cols), broadcast=True, hash=False), cols
         spec, ds = self._spec, self._ds
         inflight: deque[tuple[int, Future, list[Future], Future | None]] = deque()
+        direct = direct_to_workers(client)      # the states and changes fetched straight from the workers?
         # A wide starting state goes to the cluster by itself, not inside the first step's graph (16 MB at
         # d = 2^20: that step reached its worker late, and the worker had started a later load), and to the
         # worker that loads the first block, so that the step is ready the moment its block is.
@@ -671,7 +673,7 @@ class PartitionChain:
                 i, fut, _, summary = inflight[0]
                 if summary is None or i + 1 == self._stop:
                     if summary is None:
-                        done = fut.result()
+                        done = fetch(client, fut, direct)
                         if isinstance(done, list):      # a fused group's steps: all but its last reported here
                             for k, (state, stats) in enumerate(done[:-1], start=i + 1 - len(done)):
                                 self._report(k, stats, state.rows_seen, state, None)
@@ -680,7 +682,7 @@ class PartitionChain:
                     else:           # the state the segment started from, with what the segment changed;
                         # widened into that state's arrays: the chain holds it, and what it handed out is not
                         # kept (the checks and checkpoints copy what they keep; on_step is handed a copy)
-                        change, stats = summary.result()
+                        change, stats = fetch(client, summary, direct)
                         state = st.widened(start.changed(change), cols, in_place=True)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
@@ -692,7 +694,8 @@ class PartitionChain:
                 else:
                     stats, rows_seen = summary.result()
                     inflight.popleft()
-                    self._report(i, stats, rows_seen, None, lambda f=fut: st.widened(f.result()[0], cols))
+                    self._report(i, stats, rows_seen, None,
+                                 lambda f=fut: st.widened(fetch(client, f, direct)[0], cols))
         except BaseException:
             # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
             # and the failed step now, so that they neither stay in the workers' memory nor answer

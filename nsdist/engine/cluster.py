@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import platform
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 _check_tls = check_tls  # the former private name
 
 __all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError", "heap_for_blocks",
-           "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
+           "MMAP_THRESHOLD", "TRIM_THRESHOLD", "direct_to_workers", "fetch"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -95,3 +96,47 @@ def heap_for_blocks(client: Client) -> Iterator[None]:
     finally:
         with contextlib.suppress(Exception):
             client.run(_restore_thresholds)
+
+
+def direct_to_workers(client: Client) -> bool:
+    """Whether the driver fetches results straight from the workers (``client.gather(..., direct=True)``).
+
+    What the client was made with, if it says (``Client(direct_to_workers=...)``);
+    else yes when every worker runs on this machine -- a loopback address or one
+    of this machine's own, which the driver can always reach -- and no otherwise,
+    as Dask's default (a client may not reach workers on other hosts, behind a
+    gateway or a NAT).  Dask's default path goes through the scheduler: two hops,
+    and on an embedded cluster both on the driver's own process (``docs/engine.md``
+    §Cluster gives the times).
+    """
+    chosen = getattr(client, "direct_to_workers", None)
+    if chosen is not None:
+        return bool(chosen)
+    try:
+        workers = list(client.scheduler_info()["workers"])
+    except Exception:       # (no answer: Dask's default)
+        return False
+    return bool(workers) and all(_on_this_machine(address) for address in workers)
+
+
+def fetch(client: Client, futures, direct: bool | None = None):
+    """``client.gather(futures)``, straight from the workers if ``direct`` (default: :func:`direct_to_workers`,
+    one round trip to the scheduler: a caller that fetches often asks it once)."""
+    return client.gather(futures, direct=(direct_to_workers(client) if direct is None else direct) or None)
+
+
+def _on_this_machine(address: str) -> bool:
+    from distributed.comm import get_address_host, parse_address
+
+    if parse_address(address)[0] == "inproc":
+        return True
+    host = get_address_host(address)
+    return host in ("localhost", "::1") or host.startswith("127.") or host in _own_addresses()
+
+
+@functools.lru_cache(maxsize=1)
+def _own_addresses() -> frozenset[str]:
+    """This machine's interface addresses (psutil comes with distributed)."""
+    import psutil
+
+    return frozenset(a.address.split("%")[0] for nic in psutil.net_if_addrs().values() for a in nic)

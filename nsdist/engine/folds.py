@@ -36,6 +36,7 @@ from distributed import as_completed
 from .._faults import MAX_RESTARTS, WorkLost, cancel_quietly, redo_lost
 from ..solvers.config import TrainConfig
 from ..solvers.select import OutOfStep
+from .cluster import fetch as gather
 
 __all__ = ["fold_tasks", "fold_slots", "fold_seats"]
 
@@ -123,7 +124,7 @@ def fold_tasks(client, start_folds: Callable, advance_folds: Callable, fold_plan
                     if future.status == "error":
                         future.result()             # raises the task's error
                 in_flight.difference_update(futures)
-                return client.gather(futures) if fetch else futures
+                return gather(client, futures) if fetch else futures
 
             def by_fold(per_seat: list[list]) -> list:
                 out: list = [None] * k

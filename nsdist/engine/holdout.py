@@ -39,6 +39,7 @@ from ..solvers.order import holdout_keys
 from ..solvers.kernel import aligned, stack_rows
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
 from ..solvers.scaling import chunked_moments, merge_moments, moments_of, row_moments
+from .cluster import fetch
 
 log = logging.getLogger("nsdist.engine")
 
@@ -134,7 +135,7 @@ def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dty
     over all of them), so it also returns the column moments ``(n, mean, m2)``
     of all rows, merged in file order: standardisation costs no pass of its own.
     """
-    parts = client.gather(client.map(_validation_rows, [dataset] * len(dataset.partitions),
+    parts = fetch(client, client.map(_validation_rows, [dataset] * len(dataset.partitions),
                                      range(len(dataset.partitions)), holdout=holdout, dtype=dtype, pure=False))
     X, y = _stack(parts)
     return (X, y), merge_moments([p[2] for p in parts])
@@ -364,7 +365,7 @@ class WorkerSample:
             parts = self._scored_by(w, scaling)
             if parts is None:
                 [model] = self.client.scatter([(w, scaling)], hash=False)     # once, not in every task (8 MB at 2^20)
-                parts = self.client.gather(self.client.map(_block_scores, self.blocks, model=model, pure=False))
+                parts = fetch(self.client, self.client.map(_block_scores, self.blocks, model=model, pure=False))
                 model.release()
             return cut_intercept(measure, np.concatenate([p[0] for p in parts]),
                                  np.concatenate([p[1] for p in parts]), k=k)
@@ -383,7 +384,7 @@ class WorkerSample:
             if digest.result() != _model_digest((w, scaling)):
                 log.debug("the cut's scores made ahead are of another model: scoring again")
                 return None
-            return self.client.gather(parts)
+            return fetch(self.client, parts)
         except BaseException as exc:    # lost with a worker, or cancelled: score the blocks (or read them) afresh
             if not is_transient(exc):
                 raise
