@@ -378,7 +378,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     t = time.perf_counter()
     try:
         try:
-            state, done = drive(steps, checks, chain.run, state, start=start, check=check)
+            state, done = drive(steps, checks, chain.run, state, start=start, check=check,
+                                population=cfg.population)
         finally:
             chain.release()
         phases["chain"] = time.perf_counter() - t

@@ -753,7 +753,8 @@ class _Stream:
             return state, stop
 
         self.state, self.pos = drive(self.steps, self.checks, self._run, self.state, start=self.pos,
-                                     check=check if self.selection is not None else None)
+                                     check=check if self.selection is not None else None,
+                                     population=self.cfg.population)
 
     def advance(self, decision: Decision | None, n_checks: int, alone: bool = False) -> Observation | None:
         """Settle the last check with ``decision`` (None: none yet), then run to the next check and score it;

@@ -970,3 +970,35 @@ def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
         assert asked == [1]
     finally:
         scheduler.handlers["gather"] = gather
+
+
+def test_checks_fall_at_pass_ends_once_only_full_batch_candidates_train(cluster, letter_parquet, monkeypatch):
+    """Once only full-batch candidates train, whose models move only at the end of a pass, the checks inside
+    a pass are skipped (nsdist.solvers.sgd.drive): the same model, selection and stop as with every check of
+    the plan, and each check left out would have seen what the check before it saw."""
+    import nsdist.api
+    from nsdist.solvers import sgd
+
+    url = letter_parquet[0]
+    kw = dict(measure="prbep", random_state=0, n_iter_no_change=2, buffer_size=100,    # checks inside passes
+              validation_folds=1)
+    model = train(url, client=cluster, **kw)
+    monkeypatch.setattr(nsdist.api, "drive", lambda *args, population=None, **kwargs: sgd.drive(*args, **kwargs))
+    every = train(url, client=cluster, **kw)
+    np.testing.assert_array_equal(model.coef, every.coef)
+    assert model.intercept == every.intercept and model.history["selected"] == every.history["selected"]
+    assert model.history["rows_seen"] == every.history["rows_seen"]
+    kept, all_checks = model.history["validation_curve"], every.history["validation_curve"]
+    assert len(kept) < len(all_checks)                          # some checks were inside passes: left out
+
+    def seen(point):         # what a check saw of the models (not its count, its clock, or who was alive before it)
+        return {k: v for k, v in point.items() if k not in ("check", "rows_seen", "alive")}
+
+    rows = [p["rows_seen"] for p in kept]
+    for i, point in enumerate(all_checks):
+        if point["rows_seen"] not in rows:                       # left out: the check before it saw the same
+            assert point["alive"] == 1 and point["best_stochastic"] is not None and i > 0
+            assert seen(point) == seen(all_checks[i - 1])
+    per_pass = every.history["rows_seen"] // every.history["passes"]
+    alone = [p for p in kept if p["alive"] == 1 and p["passes_batch"] > 0]
+    assert alone and all(p["rows_seen"] % per_pass == 0 for p in alone[1:])   # at pass ends

@@ -35,7 +35,7 @@ from .history import History, Recorder, Validate
 from .blocks import take_rows
 from .kernel import Population, SGDState, aligned, epoch_slices, run_epochs
 from .order import reservoir_keys, top_k_indices
-from .plan import Step, schedule, stream_order, training_rows
+from .plan import Step, ends_pass, schedule, stream_order, training_rows
 
 __all__ = ["SGDResult", "Reservoir", "rare_label", "one_pass_mb", "two_pass_mb", "run_block", "drive",
            "Segment"]
@@ -203,7 +203,8 @@ Segment = Callable[[SGDState, int, int], SGDState]
 
 
 def drive(steps: list[Step], checks: list[int], run: Segment, state: SGDState, *, start: int = 0,
-          check: Callable[[SGDState, int], tuple[SGDState, bool]] | None = None) -> tuple[SGDState, int]:
+          check: Callable[[SGDState, int], tuple[SGDState, bool]] | None = None,
+          population: Population | None = None) -> tuple[SGDState, int]:
     """Run a plan's steps from ``start``, stopping at each check (the one loop of every driver).
 
     Parameters
@@ -215,6 +216,12 @@ def drive(steps: list[Step], checks: list[int], run: Segment, state: SGDState, *
     check : callable ``(state, position) -> (state, stop)``, optional
         The selection (:meth:`~nsdist.solvers.select.Selection.check`); it may
         freeze candidates and ask to stop early.
+    population : Population, optional
+        The candidates: once only full-batch ones train (:meth:`Population.only_batch`),
+        whose models move only at the end of a pass, the checks inside a pass are
+        skipped -- each would score the models the check before it scored, and the
+        full-batch rule counts passes, not checks (docs/solvers.md §Selection) --
+        so a job no longer stops at every partition to learn nothing.
 
     Returns
     -------
@@ -224,7 +231,7 @@ def drive(steps: list[Step], checks: list[int], run: Segment, state: SGDState, *
     """
     pos = start
     for c in checks:
-        if c < pos:
+        if c < pos or (population is not None and not ends_pass(steps, c) and population.only_batch(state.alive)):
             continue
         state = run(state, pos, c + 1)
         pos = c + 1
