@@ -535,9 +535,10 @@ class PartitionChain:
         # columns would be copied at every step: 520 MB at d = 2^20 x 31), narrowed (SGDState.narrowed).
         cols = np.arange(st.n_candidates) if self._gather else \
             np.union1d(np.flatnonzero(st.alive), cfg.config.population.batch_cols)
-        start = st.narrowed(cols)
         holders = () if self._gather or tail is None or not _alive_only(tail[1], st) \
             or not np.isin(cols, tail[2]).all() else client.who_has([tail[0]]).get(tail[0].key, ())
+        # its weights are sent only when no worker holds them (the segment's change replaces every column)
+        start = st.narrowed(cols, weights=not holders)
         if holders:
             token = tokenize(job, tail[0].key, st.alive, self._pos)
         else:
