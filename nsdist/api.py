@@ -326,16 +326,18 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     if fused:
         log.info("fused steps: the partitions average %.1f MB, so each task gathers and steps up to %d rows of "
                  "them on one worker", held / len(ds.partitions) / 1e6, fused)
-    def cut_ahead(last: Future) -> None:
+    def loads_done(last: Future) -> None:
         """The last step is submitted: the blocks kept for the cut are scored by its model as soon as it
-        exists, on their workers (not after the driver has fetched the state and sent the model back)."""
-        if all(i in chain.kept for i in keep):      # (a resumed run may not have loaded them: read instead)
+        exists, on their workers (not after the driver has fetched the state and sent the model back); or
+        the sample for the cut is read, behind the last steps."""
+        if not keep:
+            sample.prefetch()
+        elif all(i in chain.kept for i in keep):    # (a resumed run may not have loaded them: read instead)
             sample.adopt([chain.kept[i] for i in keep], model=chain.model_of(last))
 
     chain = PartitionChain(c, ds, chain_cfg, steps, round_ends=round_ends, reservoir=reservoir, prefetch=prefetch,
                            elapsed_offset=offset, keep_loads=frozenset(keep), cache=cache, fused=fused,
-                           checks=tuple(checks),
-                           on_loads_done=cut_ahead if keep else None if sample is None else lambda last: sample.prefetch())
+                           checks=tuple(checks), on_loads_done=None if sample is None else loads_done)
     chain.stats.extend(prior)
     saver = Checkpointer(checkpoint, job, ds.fingerprint, checkpoint_every, checkpoint_seconds,
                          storage_options) if checkpoint else None
