@@ -136,11 +136,14 @@ def _population(d, n, single=False):
     return Population(pop.losses[:1], pop.etas[:1], pop.learn_b[:1], pop.constant[:1]) if single else pop
 
 
+@pytest.mark.parametrize("reservoir", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("which", ["default population", "single"])
-def test_lazy_sparse_updates_equal_dense_updates(which, dtype):
+def test_lazy_sparse_updates_equal_dense_updates(which, dtype, reservoir):
     """Wide CSR blocks update only the touched weights and sum the iterates lazily: the iterates are the
-    dense update's bit for bit, the sums equal to float rounding -- for a population and for M = 1."""
+    dense update's bit for bit, the sums equal to float rounding -- for a population and for M = 1, with
+    the epoch buffers read in place from the block's arrays (:func:`csr_rows`) or, with a 2PMB reservoir
+    in front, as the stacked scipy matrix."""
     from nsdist.solvers.kernel import SGDState, run_epochs
     from nsdist.solvers.lazy import use_lazy
 
@@ -148,15 +151,37 @@ def test_lazy_sparse_updates_equal_dense_updates(which, dtype):
     d = X.shape[1]
     population = _population(d, X.shape[0], single=which == "single")
     assert use_lazy(X, len(population), 100, None) and not use_lazy(X, len(population), 100, 1e300)
+    res = (X[np.flatnonzero(y > 0)[:7]], np.ones(7)) if reservoir else None
     start = SGDState.zeros(d, len(population))
-    lazy, _ = run_epochs(start, X, y, population, buffer_size=100)
-    dense, _ = run_epochs(start, X, y, population, buffer_size=100, radius=1e300)     # forces whole updates
-    assert lazy.epoch == dense.epoch > 0
+    lazy, _ = run_epochs(start, X, y, population, buffer_size=100, reservoir=res)
+    dense, _ = run_epochs(start, X, y, population, buffer_size=100, radius=1e300, reservoir=res)  # whole updates
+    assert lazy.epoch == dense.epoch > 0 and np.any(lazy.W != 0)
     np.testing.assert_array_equal(lazy.W, dense.W)
     np.testing.assert_allclose(lazy.W_sum, dense.W_sum, rtol=1e-12, atol=1e-12 * np.abs(dense.W_sum).max())
     np.testing.assert_array_equal(lazy.b_sum, dense.b_sum)
-    again, _ = run_epochs(start, X, y, population, buffer_size=100)
+    again, _ = run_epochs(start, X, y, population, buffer_size=100, reservoir=res)
     np.testing.assert_array_equal(again.W_sum, lazy.W_sum)                          # run to run: bit for bit
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_buffers_read_in_place_score_as_scipy_does(dtype):
+    """:func:`csr_rows` shares the block's arrays (its offsets index the whole ``indices`` / ``data``), and
+    the lazy scores on it are scipy's ``X[a:b] @ W`` to the bit, for one candidate and for several."""
+    from nsdist.solvers.kernel import SGDState
+    from nsdist.solvers.lazy import LazyWeights, csr_rows
+
+    X, _ = _wide(dtype=dtype)
+    rng = np.random.default_rng(3)
+    for a, b in ((0, 100), (37, 250), (X.shape[0] - 5, X.shape[0]), (10, 10)):
+        rows = csr_rows(X, slice(a, b))
+        assert rows.shape == (b - a, X.shape[1]) and np.shares_memory(rows.data, X.data)
+        for M in (1, 3):
+            st = SGDState.zeros(X.shape[1], M)
+            st.W[:] = rng.normal(size=st.W.shape)
+            got = LazyWeights(st, np.arange(M), None).scores(rows)
+            want = np.asarray(X[a:b] @ st.W.astype(dtype), dtype=np.float64).reshape(b - a, M)
+            assert got.shape == (b - a, M)
+            np.testing.assert_array_equal(got, want)
 
 
 def test_lazy_updates_across_blocks_and_frozen_candidates():

@@ -451,6 +451,8 @@ class _DenseWeights:
         self.st, self.cols, self.radius = st, cols, radius
         self.W, self.W_sum = take_columns(st.W, cols), take_columns(st.W_sum, cols)
 
+    rows = staticmethod(row_slice)
+
     def scores(self, Xe) -> np.ndarray:
         return np.asarray(Xe @ self.W.astype(Xe.dtype, copy=False), dtype=np.float64)
 
@@ -501,9 +503,10 @@ def _epochs(st, X, y, slices, stats, weights, b, losses, etas, learn_b, constant
     b_sum = st.b_sum[cols]
     for i, sl in enumerate(slices):
         t0 = time.perf_counter()
-        Xe, ye = row_slice(X, sl), y[sl]
-        if reservoir is not None:
-            Xe, ye = stack_rows((reservoir[0], Xe)), np.concatenate([reservoir[1], ye])
+        if reservoir is None:
+            Xe, ye = weights.rows(X, sl), y[sl]
+        else:
+            Xe, ye = stack_rows((reservoir[0], row_slice(X, sl))), np.concatenate([reservoir[1], y[sl]])
         st.rows_seen += sl.stop - sl.start
         n_pos = res_pos + int(positives[sl.stop] - positives[sl.start])
         if n_pos == 0 or n_pos == res_rows + sl.stop - sl.start:
