@@ -164,6 +164,22 @@ def test_the_engine_and_its_workers_do_not_import_scikit_learn():
     assert out.stdout.strip() == "True"
 
 
+def test_the_driver_imports_train_without_scipy_sparse_or_the_ingest():
+    """``import nsdist.api`` (what the first ``nsdist.train`` of a process loads) imports neither
+    ``scipy.sparse`` (about 0.1 s; a job on dense rows never needs it, sparse rows load it as they are
+    made) nor the ingest, which ``nsdist.api.ingest`` and ``nsdist.ingest`` still resolve to on first use.
+    A fresh interpreter, so that nothing imported by the tests counts."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import nsdist.api; print([m for m in ('scipy.sparse', 'nsdist.data.ingestion') "
+            "if m in sys.modules]); import nsdist; from nsdist.data.ingestion import ingest; "
+            "print(nsdist.api.ingest is ingest is nsdist.ingest)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.split() == ["[]", "True"]
+
+
 def test_the_chain_tasks_import_the_data_layer_without_ingest_or_text_readers():
     """A fresh worker unpickling a chain task imports ``nsdist.data`` without the ingest and the text readers
     (loaded on first use: ``nsdist.data``'s PEP 562 exports), which every fresh-cluster job paid for before its
