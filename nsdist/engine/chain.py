@@ -539,8 +539,11 @@ class PartitionChain:
             or not np.isin(cols, tail[2]).all() else client.who_has([tail[0]]).get(tail[0].key, ())
         # its weights are sent only when no worker holds them (the segment's change replaces every column)
         start = st.narrowed(cols, weights=not holders)
+        zero = not holders and _is_zero(st)        # a job's start
         if holders:
             token = tokenize(job, tail[0].key, st.alive, self._pos)
+        elif zero:          # by its shape: hashing the zeros took 25 ms before the first task at d = 2^20
+            token = tokenize(job, "zero", st.W.shape, st.alive, self._pos)
         else:
             token = tokenize(job, (st.W, st.b, st.W_sum, st.b_sum, st.alive, st.epoch, st.skipped, st.rows_seen),
                              None if st.batch is None else (st.batch.x, st.batch.grad, st.batch.p, st.batch.t,
@@ -573,7 +576,7 @@ class PartitionChain:
             if holders:
                 prev = client.submit(with_alive, tail[0], start.alive, np.searchsorted(tail[2], cols),
                                      key=f"nsdist-alive-{token}", priority=1)
-            elif home is not None and _is_zero(st):       # a job's start: 520 MB of zeros took 2.5 s to send
+            elif home is not None and zero:       # a job's start: 520 MB of zeros took 2.5 s to send
                 prev = client.submit(zero_state, st.W.shape[0], start.alive, key=f"nsdist-zero-{token}",
                                      workers=[home], allow_other_workers=True, priority=1)
             elif home is not None:
