@@ -180,6 +180,30 @@ def test_the_driver_imports_train_without_scipy_sparse_or_the_ingest():
     assert out.stdout.split() == ["[]", "True"]
 
 
+def test_a_sparse_partition_loads_without_arrow_compute(tmp_path):
+    """A chain load of a sparse partition (a fresh worker's first task of a sparse job) reads and checks its
+    CSR rows without importing ``pyarrow.compute`` (35 ms; only the ingest's write options and the cast
+    of decimal or boolean lists use it), and reads them right.  A fresh interpreter."""
+    import json
+    import subprocess
+    import sys
+
+    table = pa.table({"indices": pa.array([[0, 3], [], [1, 2, 4]], pa.list_(pa.int32())),
+                      "values": pa.array([[1.0, 2.0], [], [3.0, 4.0, 5.0]], pa.list_(pa.float32())),
+                      "label": pa.array([1, 0, 1], pa.int8())})
+    (tmp_path / "d").mkdir()
+    pq.write_table(table.replace_schema_metadata({b"nsdist": json.dumps({"n_features": 5}).encode()}),
+                   tmp_path / "d" / "part-00000.parquet")
+    code = ("import sys, numpy as np; import nsdist.engine.chain, nsdist.engine.holdout; "
+            "from nsdist.data import Dataset; "
+            f"X, y = Dataset.open({str(tmp_path / 'd')!r}).read_block(0, dtype=np.float32, order=lambda y: [2, 0, 1]); "
+            "print('pyarrow.compute' in sys.modules, X.toarray().tolist(), y.tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == ("False [[0.0, 3.0, 4.0, 0.0, 5.0], [1.0, 0.0, 0.0, 2.0, 0.0], "
+                                  "[0.0, 0.0, 0.0, 0.0, 0.0]] [1, 1, -1]")
+
+
 def test_the_chain_tasks_import_the_data_layer_without_ingest_or_text_readers():
     """A fresh worker unpickling a chain task imports ``nsdist.data`` without the ingest and the text readers
     (loaded on first use: ``nsdist.data``'s PEP 562 exports), which every fresh-cluster job paid for before its

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from nsdist._sparse import issparse, scipy_sparse
 
@@ -141,6 +140,8 @@ def parquet_options(table: pa.Table, layout: str) -> dict:
     whose distinct values fit :data:`DICTIONARY_PAGE_BYTES`."""
     if layout != "sparse":
         return {"compression": "zstd"}
+    import pyarrow.compute as pc      # not at import: a fresh worker reading sparse rows never needs it (35 ms)
+
     flat = {c: pc.list_flatten(table.column(c)) for c in ("indices", "values")}
     n_rows, nnz = table.num_rows, len(flat["indices"])
     rows = int(max(1, min(n_rows, ROW_GROUP_NNZ * n_rows // max(nnz, 1)))) if n_rows else None
@@ -153,6 +154,8 @@ def _fits_dictionary(values: pa.ChunkedArray) -> bool:
     """A list column's values (flattened) fit one dictionary page.  The first ``2 * limit`` values decide
     when they already hold more than ``limit`` distinct ones (hashing millions of distinct floats takes
     seconds); otherwise all are counted."""
+    import pyarrow.compute as pc
+
     limit = DICTIONARY_PAGE_BYTES // values.type.byte_width
     if pc.count_distinct(values.slice(0, 2 * limit)).as_py() > limit:
         return False
@@ -293,6 +296,8 @@ def _gather(flats: list, name: str, dtype: np.dtype, nnz: int, where: str, row_o
         if pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type):
             a = _numpy(flat)
         else:                                   # decimals, booleans: Arrow's cast
+            import pyarrow.compute as pc
+
             a = np.asarray(pc.cast(flat, pa.from_numpy_dtype(dtype), safe=False).to_numpy(zero_copy_only=False))
         if d is not None and a.dtype != dtype:
             _check_range(a, d, offset, where, row_of)
