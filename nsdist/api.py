@@ -540,7 +540,8 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
     from .estimator import (NonDecomposableClassifier, advance_folds, fit_folds_in_lockstep,  # scikit-learn:
                             fold_plans, fold_results, start_folds)       # ~1 s to import, only these fits need it
     blocks = fetch(c, c.map(ds.read_partition, [p.index for p in ds.partitions], dtype=dtype, pure=False))
-    X = scipy_sparse().vstack([b[0] for b in blocks], format="csr") if ds.is_sparse else np.concatenate([b[0] for b in blocks])
+    parts = [b[0] for b in blocks]
+    X = scipy_sparse().vstack(parts, format="csr") if ds.is_sparse else np.concatenate(parts)
     y = np.concatenate([b[1] for b in blocks])
     if cfg.validation_folds > 1:
         log.info("K-fold selection: %d rows read onto the driver, %d fold fits held on the workers and advanced "

@@ -173,7 +173,8 @@ class LazyWeights:
     def scores(self, Xe: CSRRows) -> np.ndarray:
         """``X_e @ W``: the product the dense update computes (``W`` cast to the rows' width), reading
         only the weights at the buffer's entries -- by scipy's own loop (``csr_matvec``, or ``csr_matvecs``
-        for several candidates, which is what ``X_e @ W`` runs), called on the buffer's offsets directly."""
+        for several candidates: what ``X_e @ W`` runs, from scipy's private ``scipy.sparse._sparsetools``;
+        tests/test_sparse_training.py holds the scores to ``X[a:b] @ W``), called on the buffer's offsets."""
         from scipy.sparse import _sparsetools     # (scipy only once rows are sparse)
 
         W = self._cast(Xe.dtype)
