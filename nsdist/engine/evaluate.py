@@ -137,7 +137,7 @@ def evaluate_dataset(client: Client, dataset: Dataset, w: np.ndarray, b: float, 
         m = n_top_negatives(beta, n_neg)
         K = resolve_k(n_pos / n if k is None else k, n)
         v_neg, v_k, v_b = _radix_select(client, parts, [m, K, n_pos], ["neg", "all", "all"])
-        pos_future = client.scatter(sorted_pos, broadcast=True)
+        pos_future = client.scatter(sorted_pos, broadcast=True, hash=False)   # a fresh key (engine/chain.py)
         rows = client.gather(client.map(_counts, parts, sorted_pos=pos_future, v_neg=v_neg,
                                         cuts=[v_k, v_b], threshold=threshold, pure=False))
     finally:

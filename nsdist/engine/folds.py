@@ -27,10 +27,10 @@ rows, so it scatters them again and restarts every fold's fit, up to
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Callable
 
 import numpy as np
-from dask.base import tokenize
 from distributed import as_completed
 
 from .._faults import MAX_RESTARTS, WorkLost, cancel_quietly, redo_lost
@@ -98,7 +98,10 @@ def fold_tasks(client, start_folds: Callable, advance_folds: Callable, fold_plan
     ``on_check(i, n, best, alive)`` after each check (progress).  ``monitor`` rows ``(X, y)`` (the learning
     curve's) are scattered once with the training rows."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-        k, token = cfg.validation_folds, tokenize(cfg.params(), X, y, fold, monitor)
+        # the call's own keys (a fresh token, not the inputs' hash): an identical job right after this one would
+        # scatter its rows under the keys this one's are being forgotten by, a race of Dask's that hangs or
+        # loses the scatter (dask/distributed#8576; a resumed 2PMB job's reservoir hung so in a test run)
+        k, token = cfg.validation_folds, uuid.uuid4().hex
 
         def attempt(restart: int) -> list[dict]:
             """Start the fold fits, drive them to the end, collect their results.  A failed attempt cancels its
