@@ -329,18 +329,26 @@ def test_identical_jobs_scatter_under_keys_of_their_own(cluster, letter_parquet,
         np.testing.assert_array_equal(a.coef, b.coef)
 
 
-@pytest.mark.parametrize("prefetch", [1, 2, 3])
-def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parquet, prefetch):
+@pytest.mark.parametrize("prefetch, wide", [(1, False), (2, False), (3, False), (2, True)])
+def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parquet, prefetch, wide, monkeypatch):
     """docs/engine.md §Partition chain: load ``j`` is scheduled only once step ``j - g`` is done, ``g =
     min(prefetch + 1, worker threads)`` (the gate that makes a one-thread worker step the block it holds before
     it loads another).  Read from the scheduler's transition log, on the scheduler's one clock: a task moves to
     ``processing`` only after its dependencies are in memory, whatever the workers' timing.  (Steps not fused:
-    these small partitions would be, docs/engine.md §Fused steps.)"""
+    these small partitions would be, docs/engine.md §Fused steps.)  ``wide``: every state handled as a wide
+    one (``GATHER_BYTES = 0``), whose loads wait on the step's small summary task instead -- the same order,
+    no load depends on a state, and the same model."""
+    import nsdist.engine.chain as chain
+
     url, _, _ = letter_parquet
-    since = cluster.run_on_scheduler(time.time)      # the log also holds the module's earlier trainings
+    params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
+                  random_state=7 + prefetch + 10 * wide)     # its own keys: no task of another case is reused
     with dask.config.set({FUSE_KEY: False}):
-        model = train(url, client=cluster, measure="pauc", solver="1pmb", eta=0.1, n_passes=3, prefetch=prefetch,
-                      random_state=7 + prefetch)      # its own keys: no task of another case is reused
+        narrow = train(url, client=cluster, **params) if wide else None
+        if wide:
+            monkeypatch.setattr(chain, "GATHER_BYTES", 0)
+        since = cluster.run_on_scheduler(time.time)      # the log also holds the module's earlier trainings
+        model = train(url, client=cluster, **params)
     log = cluster.run_on_scheduler(_scheduler_transitions, prefix="nsdist-", since=since)
     n, threads = 12, sum(w["nthreads"] for w in cluster.scheduler_info()["workers"].values())
     gap = min(prefetch + 1, threads)
@@ -352,6 +360,9 @@ def test_a_load_waits_for_the_step_prefetch_partitions_back(cluster, letter_parq
 
     assert model.history["rows_seen"] == 3 * 16000
     assert all(when("load", j, "processing") >= when("step", j - gap, "memory") for j in range(gap, n))
+    if wide:
+        assert any(key.startswith("nsdist-summary-") for key, *_ in log)
+        np.testing.assert_array_equal(model.coef, narrow.coef)
 
 
 def test_same_seed_same_model_other_seed_other_model(cluster, letter_parquet):

@@ -362,8 +362,8 @@ class PartitionChain:
         Partitions loaded ahead of the chain (the memory bound: at most
         ``prefetch + 1`` partitions are held by the workers at once; in
         data-parallel mode, the rounds of ``max(1, prefetch // K) + 1`` rounds).
-        With a narrow state, load ``j`` of the sequential chain also waits for
-        step ``j - min(prefetch + 1, worker threads)`` (docs/engine.md §Partition chain).
+        Load ``j`` of the sequential chain also waits for step
+        ``j - min(prefetch + 1, worker threads)`` (docs/engine.md §Partition chain).
     on_step : callable, optional
         Called with a :class:`ChainProgress` after each completed step, in order
         (progress bars, checkpoints).
@@ -590,7 +590,8 @@ class PartitionChain:
         per_round = max(1, cfg.n_chains)
         depth = max(1, self.prefetch // per_round)
         # The sequential chain's gate: load j waits for step j - g, g = min(prefetch + 1, worker threads) (its
-        # small state: the load then goes to the least busy worker, usually the one that just stepped).  With
+        # small state, or a wide state's small summary -- never the wide state, which would travel to the load:
+        # the load then goes to the least busy worker, usually the one that just stepped).  With
         # two one-thread workers each then loads, steps the block it holds, loads the next ...; ungated, a
         # worker had started its next load when its block's step became ready, and the step waited behind it
         # (a whole load: 100-250 ms at 125k x 100 float32) while the other worker idled.
@@ -664,8 +665,10 @@ class PartitionChain:
                         summary = client.submit(segment_change, prev, start.alive, clock,
                                                 key=f"nsdist-change-{token}-{end}", priority=3)
                     inflight.append((end, prev, results, summary))
-                    if self._gather and per_round == 1:
-                        gates.append(prev)
+                    if per_round == 1:      # the gate (above): a narrow state itself, a wide one's summary
+                        gates.append(prev if self._gather else summary if end + 1 < self._stop else
+                                     client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
+                                                   priority=3))
                     nxt = end + 1
                     self._submitted(nxt, prev)
                     if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
