@@ -98,9 +98,9 @@ def fold_tasks(client, start_folds: Callable, advance_folds: Callable, fold_plan
     ``on_check(i, n, best, alive)`` after each check (progress).  ``monitor`` rows ``(X, y)`` (the learning
     curve's) are scattered once with the training rows."""
     def map_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray) -> list[dict]:
-        # the call's own keys (a fresh token, not the inputs' hash): an identical job right after this one would
-        # scatter its rows under the keys this one's are being forgotten by, a race of Dask's that hangs or
-        # loses the scatter (dask/distributed#8576; a resumed 2PMB job's reservoir hung so in a test run)
+        # the call's own keys (a fresh token, not the inputs' hash): hashed keys would be those of an identical
+        # job just before, which Dask may still be forgetting when these rows are scattered -- a race that can
+        # hang or lose the scatter (dask/distributed#8576; a resumed 2PMB job's reservoir scatter hung so once)
         k, token = cfg.validation_folds, uuid.uuid4().hex
 
         def attempt(restart: int) -> list[dict]:
