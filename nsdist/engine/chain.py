@@ -666,9 +666,14 @@ class PartitionChain:
                                                 key=f"nsdist-change-{token}-{end}", priority=3)
                     inflight.append((end, prev, results, summary))
                     if per_round == 1:      # the gate (above): a narrow state itself, a wide one's summary
-                        gates.append(prev if self._gather else summary if end + 1 < self._stop else
-                                     client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
-                                                   priority=3))
+                        if self._gather:
+                            new_gate = prev
+                        elif end + 1 < self._stop:
+                            new_gate = summary
+                        else:               # (the segment's last summary is its change: a small one of its own)
+                            new_gate = client.submit(step_summary, prev, key=f"nsdist-summary-{token}-{end}",
+                                                     priority=3)
+                        gates.append(new_gate)
                     nxt = end + 1
                     self._submitted(nxt, prev)
                     if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
