@@ -640,8 +640,11 @@ class _Stream:
     ``validation``: validation rows ``(X, y)``, or None for a holdout carved from the rows by the plan.
     ``rows``: train on ``X[rows]`` only (a fold's complement): those rows are gathered and scaled from the
     unscaled ``X`` a pass at a time, never copied whole, so the ``K`` fold fits share ``X``; the validation
-    rows are then the fit's own copy, scaled in place.  ``monitor``: raw-feature rows ``(X, y)`` on which each
-    check also measures its current winner (curve points get ``"monitor"``; off the training clock).
+    rows are then the fit's own copy, scaled in place.  ``own_rows``: with ``rows`` and a scaling, copy
+    ``X[rows]`` once and scale the copy instead, then gather every pass from it (the same numbers: each value
+    goes through the same two IEEE operations, before the gather instead of after it; :func:`start_folds`
+    decides by memory).  ``monitor``: raw-feature rows ``(X, y)`` on which each check also measures its
+    current winner (curve points get ``"monitor"``; off the training clock).
     ``validator``: the history's measure of ``(w, b)`` on validation rows, for a fit without selection.
     ``buffer``: where each pass's rows are gathered (a fit's own by default; the fold fits one process holds
     share one, as they run one pass at a time).  The rows of a pass, or the file-order rows its full-batch
@@ -651,7 +654,7 @@ class _Stream:
 
     def __init__(self, cfg: TrainConfig, X, y: np.ndarray, validation, *, rows: np.ndarray | None = None,
                  monitor: tuple | None = None, validator: Callable | None = None,
-                 buffer: PassBuffer | None = None) -> None:
+                 buffer: PassBuffer | None = None, own_rows: bool = False) -> None:
         if rows is not None:
             y = y[rows]
         ids = np.arange(y.shape[0])
@@ -659,8 +662,10 @@ class _Stream:
         self._buffer = PassBuffer() if buffer is None else buffer
         # moments of every row (validation rows included), as the engine takes them
         self.scaling = scaling = cfg.scaling_for(X, rows=rows)
-        if scaling is not None and rows is None:
-            X = scaling.apply(X.copy())
+        self.owns_rows = scaling is not None and (rows is None or own_rows)
+        if self.owns_rows:
+            X = scaling.apply(X.copy() if rows is None else X[rows])
+            self.rows = None
         self.X = X
         holdout = None
         if validation is None and cfg.selects and cfg.validation_fraction > 0:
@@ -784,7 +789,7 @@ class _Stream:
             self.recorder.pause()
 
     def __sizeof__(self) -> int:      # Dask's estimate of what moving a fold fit would cost: its rows
-        held = [self.validation[0]] if self.validation is not None else []
+        held = ([self.validation[0]] if self.validation is not None else []) + ([self.X] if self.owns_rows else [])
         return sum(getattr(a, "nbytes", 0) or getattr(getattr(a, "data", None), "nbytes", 0) for a in held)
 
     def fold_result(self) -> dict:
@@ -803,16 +808,17 @@ def _measure_cut(cfg: TrainConfig, w: np.ndarray, X, y: np.ndarray) -> float:
     return cut_intercept(cfg.measure, y, s, k=cfg.k if cfg.train_k is None else cfg.train_k)
 
 
-def start_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int,
-               monitor: tuple | None = None, buffer: PassBuffer | None = None) -> _Stream:
+def start_fold(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, f: int, monitor: tuple | None = None,
+               buffer: PassBuffer | None = None, own_rows: bool = False) -> _Stream:
     """Fold ``f`` of K-fold selection, ready to run: the population of ``cfg`` on the rows outside fold ``f``,
     checked on fold ``f`` -- what ``fit(X[fold != f], y[fold != f], X[fold == f], y[fold == f])`` trains, held
     in lockstep with the other folds (:func:`fit_folds_in_lockstep`).  ``monitor``: rows ``(X, y)`` on which
     each check also measures the fold's winner so far (its curve's ``"monitor"``: the learning curve of
-    :func:`nsdist.train`).  ``buffer``: shared with the other fold fits of this process (:class:`_Stream`)."""
+    :func:`nsdist.train`).  ``buffer``: shared with the other fold fits of this process; ``own_rows``: the fit
+    scales a copy of its training rows once instead of every pass (:class:`_Stream`)."""
     inside = fold == f
     return _Stream(cfg, X, y, (X[inside], y[inside]), rows=np.flatnonzero(~inside), monitor=monitor,
-                   buffer=buffer)
+                   buffer=buffer, own_rows=own_rows)
 
 
 @on_one_blas_thread
@@ -820,14 +826,41 @@ def start_folds(cfg: TrainConfig, X, y: np.ndarray, fold: np.ndarray, folds: lis
                 monitor: tuple | None = None) -> list[_Stream]:
     """:func:`start_fold` of each fold of ``folds`` (the fits one worker or process holds), sharing one
     aligned ``X``: rows received over the network can sit at any byte offset (a scattered array's address
-    was odd), and gathering from misaligned rows made hiva's fold fits on a Dask worker 4 times slower."""
+    was odd), and gathering from misaligned rows made hiva's fold fits on a Dask worker 4 times slower.
+
+    Dense rows that are standardised: each fit scales its own copy of its training rows once
+    (``own_rows``) when those copies take at most :data:`FOLD_COPY_SHARE` of the memory this process
+    may still fill (:func:`memory_left`); otherwise each pass gathers and scales them again from the
+    shared ``X``.  Scaling every pass's rows again took a fifth of a hiva fit (the same model either way).
+    """
     if sp.issparse(X):
         if not (X.data.flags.aligned and X.indices.flags.aligned and X.indptr.flags.aligned):
             X = X.copy()
     elif not X.flags.aligned:
         X = X.copy(order="K")
+    dense = not sp.issparse(X)
+    copies = sum(int(np.count_nonzero(fold != f)) for f in folds) * X[:1].nbytes if dense else 0
+    own = dense and cfg.standardize and copies <= FOLD_COPY_SHARE * memory_left()
     buffer = PassBuffer()               # its fits run one pass at a time (advance_folds)
-    return [start_fold(cfg, X, y, fold, f, monitor, buffer) for f in folds]
+    return [start_fold(cfg, X, y, fold, f, monitor, buffer, own_rows=own) for f in folds]
+
+
+#: the share of :func:`memory_left` that the fold fits of one process may fill with their own scaled rows
+FOLD_COPY_SHARE = 0.25
+
+
+def memory_left() -> int:
+    """Bytes this process may still fill: the machine's available memory, and in a Dask worker with a
+    memory limit no more than that limit leaves above the worker's resident memory."""
+    import psutil                       # comes with distributed
+
+    left = psutil.virtual_memory().available
+    try:
+        from distributed import get_worker
+        limit = get_worker().memory_manager.memory_limit
+    except ValueError:                  # not in a worker
+        return left
+    return min(left, limit - psutil.Process().memory_info().rss) if limit else left
 
 
 @on_one_blas_thread

@@ -532,13 +532,15 @@ def test_fold_processes_raise_a_fits_error_here_and_serve_the_next_fit(tmp_path)
     assert done.returncode == 0 and done.stdout.count("fitted 3") == 1, done.stderr[-2000:]
 
 
-def test_fold_fits_gather_from_an_aligned_copy_of_misaligned_rows():
+def test_fold_fits_gather_from_an_aligned_copy_of_misaligned_rows(monkeypatch):
     """Rows at an odd address (as a Dask worker receives a scattered array) are copied once, aligned, and shared
-    by the fold fits of that worker (gathering from misaligned rows was 4 times slower); aligned rows are not
-    copied; the model is the same either way."""
+    by the fold fits of that worker when memory is too short for their own copies (gathering from misaligned
+    rows was 4 times slower); aligned rows are not copied; the model is the same either way."""
+    from nsdist import estimator
     from nsdist.estimator import advance_folds, fit_folds_in_lockstep, fold_plans, fold_results, start_folds
     from nsdist.solvers.plan import fold_ids
 
+    monkeypatch.setattr(estimator, "FOLD_COPY_SHARE", 0.0)
     X, y = make_data(n=900, seed=2)
     raw = np.zeros(X.nbytes + 1, dtype=np.uint8)
     odd = np.frombuffer(raw.data, dtype=np.float64, count=X.size, offset=1).reshape(X.shape)
@@ -559,14 +561,18 @@ def test_fold_fits_gather_from_an_aligned_copy_of_misaligned_rows():
 
 
 @pytest.mark.parametrize("measure", ["prbep", "pauc"])
-def test_k_fold_fits_share_the_rows_instead_of_copying_them(measure):
-    """The ``K`` fold fits are held together (lockstep), so none copies its rows: each gathers and scales
-    a pass's rows from the shared ``X`` and holds its own validation rows only; the moments take no float64
-    copy (``moments_of``) and the full-batch candidates' rows (pAUC has one) are gathered by one fold at a
-    time.  Peak over the whole fit: one pass's gathered rows, the folds' validation rows (``X`` once), their
-    row indices and small change -- 2.5x the rows' bytes; with a scaled copy per fold it was 9.1x."""
+def test_k_fold_fits_share_the_rows_when_memory_is_short(monkeypatch, measure):
+    """The ``K`` fold fits are held together (lockstep); when their own scaled copies would not fit the memory
+    left (here: none may be used), none copies its rows: each gathers and scales a pass's rows from the shared
+    ``X`` and holds its own validation rows only; the moments take no float64 copy (``moments_of``) and the
+    full-batch candidates' rows (pAUC has one) are gathered by one fold at a time.  Peak over the whole fit:
+    one pass's gathered rows, the folds' validation rows (``X`` once), their row indices and small change --
+    2.5x the rows' bytes; with a scaled copy per fold it is 9.1x."""
     import tracemalloc
 
+    from nsdist import estimator
+
+    monkeypatch.setattr(estimator, "FOLD_COPY_SHARE", 0.0)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((12000, 40))
     y = np.where(X[:, 0] + rng.standard_normal(12000) > 3.0, 1, -1)
@@ -579,6 +585,58 @@ def test_k_fold_fits_share_the_rows_instead_of_copying_them(measure):
         tracemalloc.stop()
     assert est.folds_ == 5 and est.n_iter_ >= 5 * 3
     assert peak < 2.8 * X.nbytes, peak / X.nbytes
+
+
+@pytest.mark.parametrize("measure", ["f1", "pauc"])
+def test_fold_fits_scale_their_own_rows_once_when_memory_allows(monkeypatch, measure):
+    """With memory to spare, each fold fit copies and scales its training rows once (the rows of every other
+    fold, no shared ``X``) instead of scaling every pass's rows again; with none to spare they share ``X``.
+    Either way each fold fit selects the same candidates to the bit, and the estimator returns the same model."""
+    from nsdist import estimator
+    from nsdist.estimator import advance_folds, fit_folds_in_lockstep, fold_plans, fold_results, start_folds
+    from nsdist.solvers.plan import fold_ids
+
+    X, y = make_data(n=1200, d=6, seed=5)
+    cfg = TrainConfig.from_params(measure=measure, max_passes=6, random_state=3).with_folds(3)
+    fold = fold_ids(y, np.arange(y.shape[0]), 3, 3)
+    runs = {}
+    for share in (estimator.FOLD_COPY_SHARE, 0.0):
+        monkeypatch.setattr(estimator, "FOLD_COPY_SHARE", share)
+        fits = start_folds(cfg, X, y, fold, [0, 1, 2])
+        owned = share > 0
+        assert all(s.owns_rows == owned for s in fits)
+        assert len({id(s.X) for s in fits}) == (3 if owned else 1)
+        for f, s in enumerate(fits):
+            if owned:      # the rows outside fold f, scaled: what the shared path gathers and scales every pass
+                np.testing.assert_array_equal(s.X, s.scaling.apply(X[fold != f]))
+            else:
+                assert s.X is X and s.rows is not None
+        fit_folds_in_lockstep(cfg, lambda d, n, a: advance_folds(fits, d, n, a), fold_plans(fits))
+        runs[share] = (fold_results(fits), NonDecomposableClassifier(measure, validation_folds=3, max_passes=6,
+                                                                     random_state=3).fit(X, y))
+    (copied, est_copied), (shared, est_shared) = runs.values()
+    for a, b in zip(copied, shared):
+        np.testing.assert_array_equal(a["selection"].W, b["selection"].W)
+        np.testing.assert_array_equal(a["selection"].b, b["selection"].b)
+        assert a["passes"] == b["passes"]
+    np.testing.assert_array_equal(est_copied.coef_, est_shared.coef_)
+    assert est_copied.intercept_ == est_shared.intercept_
+
+
+def test_memory_left_in_a_dask_worker_is_bounded_by_its_memory_limit():
+    """In a worker process with a memory limit, what the fold fits may fill is bounded by that limit less what
+    the worker holds; outside a worker, by the machine's available memory."""
+    import psutil
+    from distributed import Client, LocalCluster
+
+    from nsdist.estimator import memory_left
+
+    assert 0 < memory_left() <= psutil.virtual_memory().total
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="400MB", dashboard_address=":0",
+                      host="127.0.0.1") as cluster, Client(cluster) as client:
+        left, rss = client.submit(lambda: (memory_left(), psutil.Process().memory_info().rss)).result()   # a task
+    assert 0 < left <= 400e6 - rss + 50e6       # the worker's resident memory moved a little between the calls
+    assert left < psutil.virtual_memory().available
 
 
 @pytest.mark.parametrize("n_jobs", [0, 1.5, "2", True])
