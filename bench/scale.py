@@ -713,7 +713,8 @@ def write_report(r: dict, out: Path, command: str) -> None:
               "(ideal 2x).", ""]
     if "quality" in r:
         ks = a["quality_k"]
-        seeds = a.get("quality_seeds", [0])
+        seeds = sorted({int(s) for row in r["quality"].values() if isinstance(row, dict)    # the part's own runs:
+                        for s in row.get("seeds", {})}) or [0]       # a later run of another part resets the config
         L += ["## Data-parallel: test pAUC(0, 0.1) at K = " + ", ".join(map(str, ks)), "",
               "Default configuration (holdout, population, early stopping), 1PMB pAUC(0, 0.1); data ingested "
               "with `nsdist.ingest(src, dst, rows_per_partition=...)`; test = the set's test file, else the last "
