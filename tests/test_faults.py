@@ -142,6 +142,36 @@ def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, 
         assert_same_model(survived, reference)
 
 
+def test_a_reservoir_scatter_that_fails_is_redone_to_the_identical_model(dask_processes, letter_20, caplog,
+                                                                         monkeypatch):
+    """A 2PMB chain scatters its reservoir to every worker at its start and again after a failure, when a worker
+    may be restarting: the SIGKILL test above once failed there, the re-scatter raising ``CommClosedError`` out of
+    the redo.  The scatter is now part of the redo, so its failure is one more failure redone.  Injected here
+    deterministically (the reservoir's first scatter fails as it did) on real worker processes; the model is
+    the undisturbed run's, bit for bit."""
+    from distributed.comm.core import CommClosedError
+
+    from nsdist.solvers.sgd import Reservoir
+
+    params = dict(measure="prbep", solver="2pmb", eta=0.5, n_passes=1, random_state=3)
+    with dask_processes(2) as cluster, cluster.client() as client:
+        reference = train(letter_20, client=client, **params)
+        scatter, failed = client.scatter, []
+
+        def failing_once(data, *args, **kwargs):
+            if isinstance(data, Reservoir) and not failed:
+                failed.append(data)
+                raise CommClosedError("in <TCP (closed) ConnectionPool.scatter>: Stream is closed")
+            return scatter(data, *args, **kwargs)
+
+        monkeypatch.setattr(client, "scatter", failing_once)
+        with caplog.at_level(logging.WARNING, logger="nsdist"):
+            survived = train(letter_20, client=client, **params)
+    assert len(failed) == 1
+    assert "failed (CommClosedError" in caplog.text and "(restart 1/3)" in caplog.text
+    assert_same_model(survived, reference)
+
+
 # ------------------------------------------------------- K-fold selection's fold fits
 def test_k_fold_fits_lost_with_the_scattered_rows_are_redone_to_the_identical_model(
         dask_processes, letter_20, caplog, reliability, monkeypatch):

@@ -470,13 +470,14 @@ class PartitionChain:
         self._reported = first               # steps reported (statistics kept, on_step called) so far
         limit = GATHER_BYTES if self.gather_bytes is None else self.gather_bytes
         self._gather = state.W.nbytes + state.W_sum.nbytes < limit
-        # scattered under a fresh key (hash=False): the same reservoir scattered again while the last job's
-        # future of it is being forgotten hung the scatter (a resumed 2PMB job, once in a test run; Dask's
-        # content-hashed keys race with their release, dask/distributed#8576)
-        if self.reservoir is not None and self._res_future is None:
-            self._res_future = self.client.scatter(self.reservoir, broadcast=True, hash=False)
         while self._pos < stop:
             try:
+                # scattered under a fresh key (hash=False): the same reservoir scattered again while the last
+                # job's future of it is being forgotten hung the scatter (a resumed 2PMB job, once in a test
+                # run; Dask's content-hashed keys race with their release, dask/distributed#8576); and inside
+                # the redo: after a failure, a scatter to a worker being restarted can fail too
+                if self.reservoir is not None and self._res_future is None:
+                    self._res_future = self.client.scatter(self.reservoir, broadcast=True, hash=False)
                 self._run_from()
             except Exception as exc:  # a lost worker, a cancelled future, a dropped connection
                 if failed_at != self._reported:     # progress since the last failure: a count of its own
@@ -489,8 +490,7 @@ class PartitionChain:
                 self._spec = None                    # a lost worker may have held the scattered config
                 self._tail = None                    # ... or the segment's starting state: send the fetched one
                 self.drop_cache()                    # ... and the cached reads depend on the dataset's future
-                if self.reservoir is not None:
-                    self._res_future = self.client.scatter(self.reservoir, broadcast=True, hash=False)
+                self._res_future = None              # ... and the reservoir: scattered again before the redo
         return self._state
 
     def release(self) -> None:
