@@ -185,10 +185,6 @@ def check_classes(client: Client, dataset: Dataset) -> None:
         class_counts(client, dataset)
 
 
-def _sample_rows(*blocks):
-    return _stack(blocks)
-
-
 def _sample_moments(*blocks) -> tuple[int, np.ndarray, np.ndarray]:
     """The moments of the blocks' concatenation (:func:`moments_of`: not made for dense rows)."""
     return moments_of([b[0] for b in blocks])
@@ -202,11 +198,33 @@ def _group_moments(dataset: Dataset, partitions: list[int], features: list[int],
 
 
 @on_one_blas_thread
-def _sample_cut(sample, w: np.ndarray, scaling, measure: str, k) -> float:
+def _sample_cut(w: np.ndarray, scaling, measure: str, k, *blocks) -> float:
+    """The measure's cut of ``w`` on the dense ``blocks``' rows stacked and scaled (:func:`_scaled_stack`),
+    scored in one product as the estimator scores its rows: a matrix-vector product is not the same to the
+    bit on the rows split in two."""
     from ..solvers.measure import cut_intercept
 
-    X, y = sample                    # the concatenated rows, scored in one product as the estimator does
-    return cut_intercept(measure, y, _scores(X, w, scaling), k=k)
+    X, y = _scaled_stack(blocks, scaling)
+    return cut_intercept(measure, y, np.asarray(X @ w.astype(X.dtype), dtype=np.float64), k=k)
+
+
+def _scaled_stack(blocks, scaling) -> tuple[np.ndarray, np.ndarray]:
+    """The dense blocks' rows one after the other in one new C-ordered array, each block scaled as it is
+    copied in, and their labels: the numbers of scaling a copy of the stacked rows (element by element), in one
+    copy of the sample instead of two (at 200,000 x 1000 float32 rows, 800 MB less on the worker and about a
+    second less).  A single block that needs no scaling is used as it is (C-ordered, aligned)."""
+    if scaling is None and len(blocks) == 1:
+        return aligned(blocks[0][0], order="C"), blocks[0][1]
+    X = np.empty((sum(b[0].shape[0] for b in blocks), blocks[0][0].shape[1]),
+                 dtype=np.result_type(*(b[0] for b in blocks)))
+    a = 0
+    for rows, _ in blocks:
+        part = X[a:a + rows.shape[0]]
+        part[...] = rows
+        if scaling is not None:
+            scaling.apply(part)
+        a += rows.shape[0]
+    return X, np.concatenate([b[1] for b in blocks])
 
 
 def _scores(X, w: np.ndarray, scaling) -> np.ndarray:
@@ -250,8 +268,8 @@ class WorkerSample:
     from the blocks as if concatenated (:func:`moments_of`), or, for a dataset
     of one column per feature, from groups of columns read side by side
     (:meth:`_column_moments`; the rows are then read for the cut).  For the cut, dense
-    blocks are concatenated on one worker and scored in one product (a
-    matrix-vector product is not the same to the bit on the rows split in two);
+    blocks are stacked on one worker, scaled as they are copied in, and scored in one
+    product (a matrix-vector product is not the same to the bit on the rows split in two);
     CSR blocks are scored each where it lies (a CSR product is: each row's sum
     on its own) and only their scores and labels come to the driver.  Nothing
     else comes back.  It holds ``max_rows`` rows (or one partition) on the
@@ -265,7 +283,6 @@ class WorkerSample:
         self.max_restarts = max_restarts
         self.n_rows = sum(dataset.partitions[p].num_rows for p in partitions)
         self.blocks: list = []
-        self._rows = None
         self._scored: tuple[Future, Future, list[Future]] | None = None   # (model, digest, scores): adopt
         with contextlib.suppress(Exception):     # best effort: a worker that is not warmed up imports later
             for w in client.scheduler_info()["workers"]:
@@ -274,7 +291,7 @@ class WorkerSample:
     @property
     def futures(self) -> list:
         """The futures holding the sample on the workers (none before it is first needed)."""
-        return self.blocks + ([] if self._rows is None else [self._rows])
+        return list(self.blocks)
 
     def _load(self, priority: int = 0) -> None:
         self.release()
@@ -308,13 +325,6 @@ class WorkerSample:
         if model is not None:       # (held with them: a scattered model is forgotten once its last holder lets go)
             self._scored = (model, self.client.submit(_model_digest, model, pure=False),
                             self.client.map(_block_scores, self.blocks, model=model, pure=False))
-
-    def _concatenated(self):
-        if len(self.blocks) == 1:
-            return self.blocks[0]
-        if self._rows is None:
-            self._rows = self.client.submit(_sample_rows, *self.blocks, pure=False)
-        return self._rows
 
     def _on_sample(self, fn):
         """``fn()`` (which submits tasks on the sample and gathers their result); a sample lost with its
@@ -358,8 +368,7 @@ class WorkerSample:
         from ..solvers.measure import cut_intercept
 
         def dense() -> float:
-            return self.client.submit(_sample_cut, self._concatenated(), w, scaling, measure, k,
-                                      pure=False).result()
+            return self.client.submit(_sample_cut, w, scaling, measure, k, *self.blocks, pure=False).result()
 
         def sparse() -> float:
             parts = self._scored_by(w, scaling)
@@ -396,4 +405,4 @@ class WorkerSample:
     def release(self) -> None:
         for f in self.futures + ([] if self._scored is None else [*self._scored[:2], *self._scored[2]]):
             f.release()
-        self.blocks, self._rows, self._scored = [], None, None
+        self.blocks, self._scored = [], None
