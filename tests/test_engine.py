@@ -850,7 +850,7 @@ def test_fixed_run_sample_lost_is_read_again(cluster, letter_parquet):
     read again, and its moments and cut are the same numbers as on the rows in memory."""
     from nsdist.engine.holdout import WorkerSample, sample_partitions
     from nsdist.solvers.measure import cut_intercept
-    from nsdist.solvers.scaling import row_moments
+    from nsdist.solvers.scaling import row_moments, scaling_from_moments
 
     url, X, y = letter_parquet
     ds = open_dataset(url)
@@ -867,6 +867,11 @@ def test_fixed_run_sample_lost_is_read_again(cluster, letter_parquet):
         cluster.cancel(sample.futures)                       # as if its worker died
     w = np.linspace(-1, 1, X.shape[1])
     assert sample.cut(w, None, "pauc", None) == cut_intercept("pauc", y, np.asarray(X @ w, dtype=np.float64))
+    # scaled: each block scaled as it is stacked, the numbers of scaling a copy of all the rows
+    scaling = scaling_from_moments(*ref, center=True)
+    Xs = scaling.apply(X.astype(np.float64))
+    assert len(parts) > 1
+    assert sample.cut(w, scaling, "pauc", None) == cut_intercept("pauc", y, np.asarray(Xs @ w, dtype=np.float64))
     sample.release()
     assert sample.futures == []
 
