@@ -205,7 +205,7 @@ def _sample_cut(w: np.ndarray, scaling, measure: str, k, *blocks) -> float:
     from ..solvers.measure import cut_intercept
 
     X, y = _scaled_stack(blocks, scaling)
-    return cut_intercept(measure, y, np.asarray(X @ w.astype(X.dtype), dtype=np.float64), k=k)
+    return cut_intercept(measure, y, _scores(X, w, None), k=k)
 
 
 def _scaled_stack(blocks, scaling) -> tuple[np.ndarray, np.ndarray]:
