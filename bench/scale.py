@@ -30,8 +30,10 @@ sched    Task stream of the explicit 1-pass job: per-partition load and step
          (empty tasks); the data-parallel mix cost.
 rss      Peak RSS per worker at 10^6, 2x10^6 and 10^7 rows (same file size,
          more files), explicit 1 pass.
-dp       Data-parallel speed-up K=1 -> K=2 on 2 cores in a compute-bound
-         setting (``--dp-surrogate``, ``--dp-features``), against the ideal 2x.
+dp       Data-parallel speed-up K=1 -> K=2 on 2 cores for each ``--dp-modes``
+         setting (the default population with 1PMB, and with 2PMB, whose steps
+         outweigh the loads: the compute-bound one), against the ideal 2x and
+         the bound the measured step and load set.
 quality  Test pAUC(0, 0.1) at K = 1, 2, 4, 8 on the bundled data sets
          (ingested into >= 16 partitions), default configuration, for each
          ``--quality-seeds`` seed (the selection's winner moves with the seed).
@@ -167,9 +169,9 @@ def nsdist_job(client: Client, root: Path, kind: str, args, test=None, n_rows: i
     """The whole call ``nsdist.train(dir, ...)`` -> model, then ``model.save``; phases and RSS."""
     params = {"explicit1": dict(eta=args.eta, n_passes=1), "explicit10": dict(eta=args.eta, n_passes=10),
               "default": {}, "population1": dict(n_passes=1)}[kind]
-    params.update(extra)
+    params = {"solver": "1pmb", **params, **extra}
     t0 = time.perf_counter()
-    model = train(str(root), measure="pauc", solver="1pmb", client=client, **params)
+    model = train(str(root), measure="pauc", client=client, **params)
     seconds = time.perf_counter() - t0
     out = tempfile.mkdtemp(prefix="nsdist-scale-model-")
     t1 = time.perf_counter()
@@ -293,7 +295,7 @@ def task_stream_stats(data: list[dict]) -> dict:
         latency.append(start - ready)
         gap.append(start - steps[i - 1][1])
     chain_span = (max(b for a, b, _ in steps.values()) - min(a for a, b, _ in steps.values())) if steps else 0.0
-    return {"steps": len(steps), "median_step_ms": 1e3 * statistics.median(compute),
+    return {"steps": len(steps), "median_step_ms": 1e3 * statistics.median(compute) if compute else None,
             "median_load_ms": 1e3 * statistics.median(load) if load else None,
             "median_mix_ms": 1e3 * statistics.median(mixes) if mixes else None,
             "median_latency_ms": 1e3 * statistics.median(latency) if latency else None,
@@ -379,52 +381,87 @@ def part_rss(args, res: dict) -> None:
     res["rss"] = out
 
 
-def part_dp(args, root: Path, res: dict) -> None:
-    """K=1 vs K=2 on 2 cores in a compute-bound setting.
+DP_MODES = ("population", "population-2pmb", "single")
 
-    ``--dp-mode population`` (default): the issue's own call ``nsdist.train(dir, measure='pauc',
-    solver='1pmb', n_passes=1)`` -- no ``eta``, so the holdout and the whole candidate population
-    (M candidates per step, one load): the step is M times a single candidate's, the load is not.
-    ``--dp-mode single``: one explicit candidate with ``--dp-surrogate`` / ``--dp-buffer`` on a
-    ``--dp-features``-column data set.
+
+def _dp_setting(args, root: Path, mode: str) -> tuple[Path, int, str, dict, dict]:
+    """The data, job kind, ``train`` arguments and description of one ``--dp-modes`` setting."""
+    if mode in ("population", "population-2pmb"):
+        solver = "2pmb" if mode.endswith("2pmb") else "1pmb"
+        n_rows = args.files * args.rows_per_file
+        return root, n_rows, "population1", {"solver": solver}, {
+            "features": args.features, "files": args.files, "rows": n_rows,
+            "setting": f"default population (no eta), solver={solver!r}, n_passes=1"}
+    d = args.dp_features
+    root = make_dataset(Path(args.workdir) / f"dp-{args.dp_files}x{args.dp_rows_per_file}x{d}",
+                        args.dp_files, args.dp_rows_per_file, d, args.pos_rate, seed=3)
+    n_rows = args.dp_files * args.dp_rows_per_file
+    return root, n_rows, "explicit1", dict(surrogate=args.dp_surrogate, buffer_size=args.dp_buffer), {
+        "features": d, "files": args.dp_files, "rows": n_rows,
+        "setting": f"one candidate, eta={args.eta}, surrogate={args.dp_surrogate}, "
+                   f"buffer_size={args.dp_buffer}, n_passes=1"}
+
+
+def _median_of(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _ms(v: float | None, unit: str = " ms") -> str:
+    return "-" if v is None else f"{v:.0f}{unit}"
+
+
+def dp_bound(step_ms: float, load_ms: float) -> float:
+    """The most K=2 can gain over K=1 on two one-thread workers, from a partition's step S and load L.
+
+    K=1 steps one partition at a time, so a pass needs at least ``max(S, (L + S) / 2)`` a
+    partition (its steps in sequence, or both cores busy); K=2 at least ``(L + S) / 2``
+    (both cores busy). The ideal 2x needs ``L = 0``.
     """
-    if args.dp_mode == "population":
-        n_rows, extra, kind = args.files * args.rows_per_file, {}, "population1"
-        desc = {"features": args.features, "files": args.files, "rows": n_rows,
-                "setting": "default population (no eta), n_passes=1"}
-    else:
-        d = args.dp_features
-        root = make_dataset(Path(args.workdir) / f"dp-{args.dp_files}x{args.dp_rows_per_file}x{d}",
-                            args.dp_files, args.dp_rows_per_file, d, args.pos_rate, seed=3)
-        n_rows, kind = args.dp_files * args.dp_rows_per_file, "explicit1"
-        extra = dict(surrogate=args.dp_surrogate, buffer_size=args.dp_buffer)
-        desc = {"features": d, "files": args.dp_files, "rows": n_rows,
-                "setting": f"one candidate, eta={args.eta}, surrogate={args.dp_surrogate}, "
-                           f"buffer_size={args.dp_buffer}, n_passes=1"}
-    runs = {1: [], 2: []}
-    for _ in range(args.repeats):
+    half = (load_ms + step_ms) / 2
+    return max(step_ms, half) / half
+
+
+def part_dp(args, root: Path, res: dict) -> None:
+    """K=1 vs K=2 on 2 cores, for each ``--dp-modes`` setting.
+
+    ``population``: the issue's own call ``nsdist.train(dir, measure='pauc', solver='1pmb',
+    n_passes=1)`` -- no ``eta``, so the holdout and the whole candidate population (M candidates
+    per step, one load): the step is M times a single candidate's, the load is not.
+    ``population-2pmb``: the same with ``solver='2pmb'``, whose steps (pairs against the
+    reservoir) cost several loads -- the compute-bound setting.  ``single``: one explicit
+    candidate with ``--dp-surrogate`` / ``--dp-buffer`` on a ``--dp-features``-column data set.
+    """
+    res["dp"] = {}
+    for mode in args.dp_modes:
+        data, n_rows, kind, extra, desc = _dp_setting(args, root, mode)
+        runs = {1: [], 2: []}
+        for _ in range(args.repeats):
+            for k in (1, 2):
+                def one(c):
+                    with get_task_stream(c) as ts:
+                        r = nsdist_job(c, data, kind, args, n_rows=n_rows, n_chains=k, **extra)
+                    r["stream"] = task_stream_stats(ts.data)
+                    return r
+                runs[k].append(measured(args, one))
+                st = runs[k][-1]["stream"]
+                print(f"  dp {mode} K={k}: {runs[k][-1]['seconds']:.2f} s whole, chain "
+                      f"{runs[k][-1]['chain_seconds'] or 0:.2f} s, step {_ms(st['median_step_ms'])} "
+                      f"load {_ms(st['median_load_ms'])}", flush=True)
+        out = dict(desc)
         for k in (1, 2):
-            def one(c):
-                with get_task_stream(c) as ts:
-                    r = nsdist_job(c, root, kind, args, n_rows=n_rows, n_chains=k, **extra)
-                r["stream"] = task_stream_stats(ts.data)
-                return r
-            runs[k].append(measured(args, one))
-            print(f"  dp K={k}: {runs[k][-1]['seconds']:.2f} s whole, chain {runs[k][-1]['chain_seconds']:.2f} s, "
-                  f"step {runs[k][-1]['stream']['median_step_ms']:.0f} ms load "
-                  f"{runs[k][-1]['stream']['median_load_ms']:.0f} ms", flush=True)
-    out = dict(desc)
-    for k in (1, 2):
-        out[f"k{k}"] = {"seconds": med(runs[k], "seconds"), "chain_seconds": med(runs[k], "chain_seconds"),
-                        "median_step_ms": statistics.median(r["stream"]["median_step_ms"] for r in runs[k]),
-                        "median_load_ms": statistics.median(r["stream"]["median_load_ms"] for r in runs[k]),
-                        "median_mix_ms": (statistics.median(r["stream"]["median_mix_ms"] for r in runs[k])
-                                          if k > 1 else None),
-                        "test_pauc": median_run(runs[k]).get("test_pauc"),
-                        "runs": runs[k]}
-    out["speedup_whole"] = out["k1"]["seconds"] / out["k2"]["seconds"]
-    out["speedup_chain"] = out["k1"]["chain_seconds"] / out["k2"]["chain_seconds"]
-    res["dp"] = out
+            out[f"k{k}"] = {"seconds": med(runs[k], "seconds"),
+                            "chain_seconds": _median_of(r["chain_seconds"] for r in runs[k]),
+                            **{f"median_{x}_ms": _median_of(r["stream"][f"median_{x}_ms"] for r in runs[k])
+                               for x in ("step", "load", "mix")},
+                            "test_pauc": median_run(runs[k]).get("test_pauc"),
+                            "runs": runs[k]}
+        out["speedup_whole"] = out["k1"]["seconds"] / out["k2"]["seconds"]
+        out["speedup_chain"] = (out["k1"]["chain_seconds"] / out["k2"]["chain_seconds"]
+                                if out["k1"]["chain_seconds"] and out["k2"]["chain_seconds"] else None)
+        S, L = out["k1"]["median_step_ms"], out["k1"]["median_load_ms"]
+        out["speedup_bound"] = dp_bound(S, L) if S and L else None     # None: no chain (K-fold selection)
+        res["dp"][mode] = out
 
 
 QUALITY_SETS = {
@@ -447,7 +484,6 @@ def _count_rows(src: Path) -> int:
 
 
 def part_quality(args, res: dict, flush=lambda: None) -> None:
-    from nsdist.data import Dataset
     work = Path(args.workdir) / "quality"
     out = {}
     lc, client = fresh(args.workers, 1, args.memory_limit)
@@ -699,18 +735,27 @@ def write_report(r: dict, out: Path, command: str) -> None:
                          f"{v['ratio_vs_scan']:.2f} | {v['max_worker_rss_mb']:.0f} | {v['rss_mb']['driver']:.0f} |")
         L.append("")
     if "dp" in r:
-        d = r["dp"]
-        L += ["## Data-parallel: K=1 vs K=2 on 2 cores (compute-bound setting)", "",
-              f"{d['files']} files, {d['rows']:,} rows x {d['features']} float32 features; {d['setting']}; "
-              f"medians of {a['repeats']} fresh-cluster runs (tpw=1), K=1 and K=2 alternating.", "",
-              "| K | whole call s | chain s | step ms | load ms | mix ms |", "|---|---|---|---|---|---|"]
-        for k in (1, 2):
-            b = d[f"k{k}"]
-            mix = f"{b['median_mix_ms']:.1f}" if b.get("median_mix_ms") else ""
-            L.append(f"| {k} | {b['seconds']:.2f} | {b['chain_seconds']:.2f} | {b['median_step_ms']:.0f} | "
-                     f"{b['median_load_ms']:.0f} | {mix} |")
-        L += ["", f"Speed-up K=1 -> K=2: whole call **{d['speedup_whole']:.2f}x**, chain {d['speedup_chain']:.2f}x "
-              "(ideal 2x).", ""]
+        L += ["## Data-parallel: K=1 vs K=2 on 2 cores", "",
+              f"Medians of {a['repeats']} fresh-cluster runs (tpw=1) a setting, K=1 and K=2 alternating.  "
+              "Bound: the most K=2 can gain on two one-thread workers given the K=1 run's step S and load L a "
+              "partition -- K=1 needs at least max(S, (L + S) / 2) a partition, K=2 at least (L + S) / 2 "
+              "(`dp_bound`); the ideal 2x needs L = 0.  The phases outside the chain (validation sample, "
+              "reservoir) do not change with K.", "",
+              "| setting | data | K | whole call s | chain s | step ms | load ms | mix ms | speed-up whole | "
+              "speed-up chain | bound | ideal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for mode, d in r["dp"].items():
+            for k in (1, 2):
+                b = d[f"k{k}"]
+                mix = f"{b['median_mix_ms']:.1f}" if b.get("median_mix_ms") else ""
+                bound = f"{d['speedup_bound']:.2f}x" if d.get("speedup_bound") else "-"
+                chain = f"{d['speedup_chain']:.2f}x" if d.get("speedup_chain") else "-"
+                tail = (f"**{d['speedup_whole']:.2f}x** | **{chain}** | {bound} | 2x |"
+                        if k == 2 else " | | | |")
+                L.append(f"| {d['setting'] if k == 1 else ''} | "
+                         + (f"{d['files']} files, {d['rows']:,} rows x {d['features']} float32" if k == 1 else "")
+                         + f" | {k} | {b['seconds']:.2f} | {b['chain_seconds'] or 0:.2f} | "
+                         f"{_ms(b['median_step_ms'], '')} | {_ms(b['median_load_ms'], '')} | {mix} | {tail}")
+        L.append("")
     if "quality" in r:
         ks = a["quality_k"]
         seeds = sorted({int(s) for row in r["quality"].values() if isinstance(row, dict)    # the part's own runs:
@@ -791,7 +836,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss-files", default="8,16,80", help="file counts of the RSS part (x --rows-per-file)")
     ap.add_argument("--rss-repeats", type=int, default=1)
     ap.add_argument("--sched-tpw2", action="store_true", help="sched part on threads_per_worker=2 clusters too")
-    ap.add_argument("--dp-mode", choices=("population", "single"), default="population")
+    ap.add_argument("--dp-modes", default="population,population-2pmb",
+                    help=f"comma-separated settings of the dp part, of {DP_MODES}")
     ap.add_argument("--dp-features", type=int, default=1000)
     ap.add_argument("--dp-files", type=int, default=16)
     ap.add_argument("--dp-rows-per-file", type=int, default=12_500)
@@ -823,6 +869,9 @@ def main(argv: list[str] | None = None) -> int:
     args.quality_k = [int(x) for x in args.quality_k.split(",") if x]
     args.quality_sets = [x for x in args.quality_sets.split(",") if x]
     args.quality_seeds = [int(x) for x in args.quality_seeds.split(",") if x]
+    args.dp_modes = [x for x in args.dp_modes.split(",") if x]
+    if set(args.dp_modes) - set(DP_MODES):
+        ap.error(f"--dp-modes: unknown {sorted(set(args.dp_modes) - set(DP_MODES))}; known {DP_MODES}")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)

@@ -148,6 +148,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         partition's steps, so the selection's checks and the default pass
         budget count those mixed steps: with ``K`` chains they span ``K``
         times the rows, and small data takes about ``K`` times the passes.
+        It is faster only where a partition's step costs more than its load
+        (2PMB, a population of candidates); where loads bound the job, the
+        sequential chain already keeps every worker busy.
     **params
         :class:`~nsdist.NonDecomposableClassifier` parameters (``measure``,
         ``solver``, ``beta``, ``k``, ``buffer_size``, ``eta``, ``n_passes``,
