@@ -29,7 +29,7 @@ from .engine.evaluate import evaluate_dataset
 from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
                              plan_holdout, sample_partitions)
-from .engine.reservoir import sample_reservoir
+from .engine.reservoir import sample_reservoir, scaled_reservoir
 from .data.scoring import is_svmlight
 from .engine.scores import evaluate_sparse_input
 from .model import LinearModel, load_model
@@ -225,18 +225,21 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
 
     No phase but the chain and the validation gather reads the whole dataset:
     the class check and the holdout read the label column; the gather returns
-    the validation rows and every row's moments; a run without a holdout reads
+    the validation rows, every row's moments and 2PMB's reservoir (a 2PMB run
+    without a holdout draws it in a pass of its own); a run without a holdout reads
     a sample of whole partitions for its moments and its ranking cut (a fixed
     1PMB run over CSR data: no read -- the partitions its chain loads last).
     """
     t = time.perf_counter()
-    holdout, sample, val, moments = None, None, None, None
+    holdout, sample, val, moments, reservoir = None, None, None, None, None
     if validation is not None:
         val = (np.asarray(validation[0], dtype=dtype).copy(), _labels(validation[1], ds, "validation y"))
     elif cfg.selects and cfg.validation_fraction > 0:
         holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
                                max_rows=cfg.validation_max_rows)
-        val, moments = gather_validation(c, ds, holdout, dtype=dtype)
+        # 2PMB's reservoir is drawn in the same pass (raw rows, scaled below): no pass of its own
+        val, moments, reservoir = gather_validation(
+            c, ds, holdout, dtype=dtype, reservoir=(cfg.buffer_size, cfg.random_state) if cfg.solver == "2pmb" else None)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
     n_val = 0 if val is None else val[0].shape[0]
     v_pos = 0 if val is None else int(np.count_nonzero(val[1] > 0))
@@ -260,6 +263,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     scaling = cfg.scaling_of(moments, sparse=ds.is_sparse)
     if scaling is not None and val is not None:     # in place: the rows are this call's own (80 MB at 200k x 100)
         val = (scaling.apply(_writeable(val[0])), val[1])
+    if reservoir is not None:
+        reservoir = scaled_reservoir(reservoir, scaling)
     n_val = 0 if val is None else val[0].shape[0]
     cfg = cfg.resolve(n_features=ds.n_features, n_rows=ds.num_rows - (holdout.n_rows if holdout else 0),
                       mean_sq_norm=mean_sq_norm(val[0]) if n_val else None, n_validation=n_val, n_chains=n_chains)
@@ -267,8 +272,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
              ", ".join(cand.name for cand in cfg.candidates[:6]) + (" ..." if len(cfg.candidates) > 6 else ""),
              cfg.passes, ", early stopping on the validation measure" if cfg.early_stopping else "")
     t = time.perf_counter()
-    reservoir, stream = None, None
-    ck = None
+    stream, ck = None, None
     job = tokenize(ChainConfig(cfg, holdout, None, dtype, scaling, n_chains).token(),
                    None if init_model is None else (init_model.coef, init_model.intercept))
     if resume:
@@ -280,9 +284,9 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         log.info("resuming from %s at partition step %d of %d", checkpoint, ck.position, ck.n_steps)
     if cfg.solver == "2pmb" and reservoir is None:
         reservoir = sample_reservoir(c, ds, cfg.buffer_size, cfg.random_state, dtype, scaling, holdout)
+    if reservoir is not None:
         log.info("2PMB reservoir: %d rows of the rare class %+d (of %d); streaming the other class",
                  reservoir.y.shape[0], reservoir.label, reservoir.n_rare)
-    if reservoir is not None:
         stream = -reservoir.label
     phases["reservoir"] = time.perf_counter() - t
     chain_cfg = ChainConfig(cfg, holdout, stream, dtype, scaling, n_chains)

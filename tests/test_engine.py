@@ -255,6 +255,25 @@ def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path
         assert est.folds_ is None and model.history["validation_rows"] == est._validation[0].shape[0]
 
 
+@pytest.mark.parametrize("measure", ["pauc", "prbep"])
+def test_2pmb_with_a_holdout_draws_its_reservoir_in_the_validation_pass_and_is_the_estimators_model(
+        cluster, tmp_path, letter, measure):
+    """docs/engine.md §Reservoir: 2PMB's defaults (population, one holdout) on standardised raw rows far from
+    unit scale: the reservoir comes from the validation pass -- no task of a reservoir pass of its own runs --
+    and the model is the estimator's, bit for bit."""
+    X, y = letter[0][:6000] * 3.0 + 7.0, letter[1][:6000]
+    url = write_parquet(tmp_path / measure, X, y, rows_per_file=6000)
+    params = dict(measure=measure, solver="2pmb", validation_folds=1, random_state=5)
+    with get_task_stream(cluster) as ts:
+        model = train(url, client=cluster, **params)
+    names = {str(t["key"]).split("-")[0] for t in ts.data}
+    assert "_validation_rows" in names and "_partition_candidates" not in names
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+    assert [r["validation"] for r in model.history["selection"]] == [r["validation"] for r in est.selection_]
+
+
 def _wide_rows(n: int = 800, d: int = 600) -> tuple[np.ndarray, np.ndarray]:
     """Rows wide enough that OpenBLAS divides their products among its threads (Letter's 16 features are not)."""
     rng = np.random.default_rng(0)

@@ -97,13 +97,62 @@ def test_validation_rows_and_moments_are_those_of_the_whole_matrix(cluster, tmp_
     assert holdout == Holdout.draw(y, np.arange(len(y)), 4, 0.2, 800)
     keep = holdout.mask(y, np.arange(len(y)))
     for dtype in ("float32", "float64"):
-        (Xv, yv), moments = gather_validation(cluster, ds, holdout, dtype=dtype)
+        (Xv, yv), moments, _ = gather_validation(cluster, ds, holdout, dtype=dtype)
         assert Xv.flags.c_contiguous and Xv.dtype == dtype
         np.testing.assert_array_equal(Xv, X[keep].astype(dtype))
         np.testing.assert_array_equal(yv, y[keep])
         parts = [row_moments(X[a:a + 1300].astype(dtype).astype(np.float64)) for a in range(0, 5000, 1300)]
         for got, ref in zip(moments, merge_moments(parts)):
             np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("layout", ["columns", "sparse"])
+def test_the_validation_pass_draws_the_2pmb_reservoir_that_offering_every_scaled_training_row_draws(
+        cluster, tmp_path, layout):
+    """docs/engine.md §Reservoir: with a holdout, 2PMB's reservoir comes from the validation pass (each
+    partition's candidates as raw rows, the merged sample scaled afterwards): the rows, keys, rare class and
+    count that offering every scaled training row at once in memory gives, to the bit -- and what the
+    reservoir's pass of its own (a run without a holdout) draws.  Several partitions, each with more rows of
+    either class than the sample holds."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    from nsdist import ingest
+    from nsdist.engine.reservoir import Reservoir, sample_reservoir, scaled_reservoir
+    from nsdist.solvers.scaling import scaling_from_moments
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(5000, 12)) * 3 + 1
+    y = np.where(rng.random(5000) < 0.1, 1, -1).astype(np.int8)
+    if layout == "columns":
+        url = _write(tmp_path / "data", X.astype(np.float32), y, 1300)
+    else:
+        X[rng.random(X.shape) < 0.7] = 0.0
+        dump_svmlight_file(X, y, str(tmp_path / "data.svm"), zero_based=False)
+        url = str(ingest(str(tmp_path / "data.svm"), str(tmp_path / "sparse"), format="svmlight", layout="sparse",
+                         shuffle=False, n_features=12, rows_per_partition=1300, client=cluster).url)
+    ds = open_dataset(url)
+    assert ds.schema.layout == layout and len(ds.partitions) == 4
+    dtype, size, seed = "float32", 40, 9
+    blocks = [ds.read_partition(i, dtype=dtype) for i in range(4)]
+    rows = (sp.vstack if layout == "sparse" else np.concatenate)([b[0] for b in blocks])
+    labels, ids = np.concatenate([b[1] for b in blocks]), np.arange(5000)
+    holdout = plan_holdout(cluster, ds, class_counts(cluster, ds), random_state=4, fraction=0.2, max_rows=800)
+    train = np.flatnonzero(~holdout.mask(labels, ids))
+    _, moments, drawn = gather_validation(cluster, ds, holdout, dtype=dtype, reservoir=(size, seed))
+    scaling = scaling_from_moments(*moments, center=layout == "columns")
+    drawn = scaled_reservoir(drawn, scaling)
+    scaled = scaling.apply(rows[train].copy())
+    ref = {label: Reservoir.empty(label, size, 12, dtype, layout == "sparse").offer(scaled, labels[train],
+                                                                                   ids[train], seed)
+           for label in (1, -1)}
+    own = sample_reservoir(cluster, ds, size, seed, dtype, scaling, holdout)
+    for got in (drawn, own):
+        assert got.label == ref[1].label == 1 and got.n_rare == ref[1].n_rare > 3 * size
+        assert got.X.dtype == np.float32 and sp.issparse(got.X) == (layout == "sparse")
+        np.testing.assert_array_equal(got.keys, ref[1].keys)
+        dense = [a.toarray() if sp.issparse(a) else a for a in (got.X, ref[1].X)]
+        np.testing.assert_array_equal(*dense)
 
 
 def _mmapped(size: int = 1 << 20) -> bool:

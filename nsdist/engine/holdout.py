@@ -9,7 +9,8 @@ validation rows' features:
    per class; merged, they fix the cuts of :class:`~nsdist.solvers.plan.Holdout`
    -- exactly the holdout :meth:`Holdout.draw` computes on the same rows in memory;
 3. the validation rows themselves, gathered on the driver in file order,
-   with the column moments of every row (the standardisation's).
+   with the column moments of every row (the standardisation's) and, for
+   2PMB, the reservoir of the training rows (:mod:`nsdist.engine.reservoir`).
 
 A run without a holdout (``eta`` and ``n_passes`` set, or validation rows
 given) checks the classes from the footers' label statistics when they tell
@@ -40,6 +41,7 @@ from ..solvers.kernel import aligned, stack_rows
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
 from ..solvers.scaling import chunked_moments, merge_moments, moments_of, row_moments
 from .cluster import fetch
+from .reservoir import partition_reservoirs, rare_reservoir
 
 log = logging.getLogger("nsdist.engine")
 
@@ -109,36 +111,50 @@ def column_moments(blocks: list[list[np.ndarray]], chunk: int = 4096) -> tuple[i
     return chunked_moments([columns_of(values) for values in blocks], n, d, chunk)
 
 
-def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: str):
-    """The partition's validation rows (C-ordered, as read), their labels, and the moments of all its rows.
+def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: str,
+                     reservoir: tuple[int, int] | None = None):
+    """The partition's validation rows (C-ordered, as read), their labels, the moments of all its rows, and,
+    given ``reservoir = (size, random_state)``, both classes' reservoirs of its training rows (raw rows,
+    :func:`~nsdist.engine.reservoir.partition_reservoirs`; else None).
 
     A partition of one column per feature is not assembled: its validation rows
-    are gathered from the columns and the moments taken from them
-    (:func:`column_moments`) -- the same numbers as from the whole matrix.
+    (and reservoir rows) are gathered from the columns and the moments taken from
+    them (:func:`column_moments`) -- the same numbers as from the whole matrix.
     """
-    def held_out(y: np.ndarray) -> np.ndarray:
-        return np.flatnonzero(holdout.mask(y, dataset.partitions[partition].row_offset + np.arange(y.shape[0])))
-
     if dataset.schema.layout == "columns":
         values, y = dataset.read_columns(partition, dtype=dtype)
-        rows = held_out(y)
-        return np.ascontiguousarray(gather_block(values, dtype, rows=rows)), y[rows], column_moments([values])
-    X, y = dataset.read_partition(partition, dtype=dtype)
-    rows = held_out(y)
-    return X[rows], y[rows], moments_of(X)
+        moments = column_moments([values])
+
+        def take(rows: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(gather_block(values, dtype, rows=rows))
+    else:
+        X, y = dataset.read_partition(partition, dtype=dtype)
+        moments = moments_of(X)
+        take = X.__getitem__
+    ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
+    held = holdout.mask(y, ids)
+    rows = np.flatnonzero(held)
+    samples = None if reservoir is None else partition_reservoirs(y, ids, np.flatnonzero(~held), *reservoir, take)
+    return take(rows), y[rows], moments, samples
 
 
-def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str):
-    """The validation rows (raw features), in file order, on the driver, and the moments of every row.
+def gather_validation(client: Client, dataset: Dataset, holdout: Holdout, *, dtype: str,
+                      reservoir: tuple[int, int] | None = None):
+    """The validation rows (raw features), in file order, on the driver; the moments of every row; and, given
+    ``reservoir = (size, random_state)``, 2PMB's rare-class sample of the training rows (raw rows; else None).
 
     The pass reads every partition anyway (the validation rows are spread
     over all of them), so it also returns the column moments ``(n, mean, m2)``
-    of all rows, merged in file order: standardisation costs no pass of its own.
+    of all rows, merged in file order: standardisation costs no pass of its own,
+    and neither does 2PMB's reservoir (its rows are scaled by
+    :func:`~nsdist.engine.reservoir.scaled_reservoir` once the moments give the scaling).
     """
     parts = fetch(client, client.map(_validation_rows, [dataset] * len(dataset.partitions),
-                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype, pure=False))
+                                     range(len(dataset.partitions)), holdout=holdout, dtype=dtype,
+                                     reservoir=reservoir, pure=False))
     X, y = _stack(parts)
-    return (X, y), merge_moments([p[2] for p in parts])
+    sample = None if reservoir is None else rare_reservoir(dataset, [p[3] for p in parts])
+    return (X, y), merge_moments([p[2] for p in parts]), sample
 
 
 def _stack(parts: list) -> tuple:

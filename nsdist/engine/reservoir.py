@@ -8,46 +8,91 @@ class (fewer rows; a tie picks the positives, as :func:`~nsdist.solvers.sgd.rare
 and keeps its sample.  The top keys of a union are the top keys of the
 per-part tops, so this is exactly the uniform sample without replacement that
 the in-memory solver draws from the same rows.
+
+A run with a holdout draws the per-partition samples in the pass that gathers
+the validation rows (:func:`~nsdist.engine.holdout.gather_validation`), before
+the scaling is known: they hold raw rows, and :func:`scaled_reservoir` scales the
+merged sample's rows afterwards -- the scaling is elementwise, so these are the
+values that scaling every row and then sampling gives.  A run without a holdout
+draws them in a pass of its own (:func:`sample_reservoir`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
+from typing import Callable
 
 import numpy as np
 from distributed import Client
 
+from .._sparse import issparse
 from ..data import Dataset
+from ..solvers.order import reservoir_keys, top_k_indices
 from ..solvers.plan import Holdout
 from ..solvers.sgd import Reservoir
+from .cluster import fetch
 from .scaling import Scaling
 
-__all__ = ["Reservoir", "sample_reservoir", "partition_candidates"]
+__all__ = ["Reservoir", "sample_reservoir", "partition_reservoirs", "rare_reservoir", "scaled_reservoir"]
 
 
-def partition_candidates(dataset: Dataset, partition: int, size: int, random_state: int, dtype: str,
-                         scaling: Scaling | None = None, holdout: Holdout | None = None) -> dict[int, Reservoir]:
-    """Both classes' reservoirs of one partition's training rows (runs on a worker)."""
+def partition_reservoirs(y: np.ndarray, ids: np.ndarray, train: np.ndarray, size: int, random_state: int,
+                         rows: Callable[[np.ndarray], object]) -> dict[int, Reservoir]:
+    """Both classes' reservoirs of one partition's training rows.
+
+    ``y`` and ``ids`` (global positions) of every row of the partition;
+    ``train``: the positions of its training rows, increasing; ``rows(positions)``
+    returns those rows (dense or CSR, a copy).  Only the rows that can enter a
+    sample are taken -- each class's ``size`` largest keys -- in the partition's
+    order, so offering them gives the sample that offering every training row
+    gives; each class's count is that of all its training rows.
+    """
+    picks, counts = [], {}
+    for label in (1, -1):
+        mine = train[y[train] == label]
+        counts[label] = mine.size
+        picks.append(mine[top_k_indices(reservoir_keys(random_state, ids[mine]), size)])
+    chosen = np.sort(np.concatenate(picks))
+    X = rows(chosen)
+    return {label: replace(Reservoir.empty(label, size, X.shape[1], X.dtype, issparse(X))
+                           .offer(X, y[chosen], ids[chosen], random_state), n_rare=counts[label])
+            for label in (1, -1)}
+
+
+def rare_reservoir(dataset: Dataset, parts: list[dict[int, Reservoir]], scaling: Scaling | None = None) -> Reservoir:
+    """The rare class's sample from the partitions' reservoirs (in file order); its rows scaled by ``scaling``.
+
+    Raises
+    ------
+    ValueError
+        If the dataset's training rows lack a class.
+    """
+    merged = {label: reduce(Reservoir.merge, [p[label] for p in parts]) for label in (1, -1)}
+    if merged[1].n_rare == 0 or merged[-1].n_rare == 0:
+        missing = "positive" if merged[1].n_rare == 0 else "negative"
+        raise ValueError(f"dataset {dataset.url!r} has no {missing} rows; 2PMB needs both classes")
+    return scaled_reservoir(merged[1] if merged[1].n_rare <= merged[-1].n_rare else merged[-1], scaling)
+
+
+def scaled_reservoir(reservoir: Reservoir, scaling: Scaling | None) -> Reservoir:
+    """``reservoir`` with its rows scaled, in place: a merged sample's rows are the merge's own copy."""
+    return reservoir if scaling is None else replace(reservoir, X=scaling.apply(reservoir.X))
+
+
+def _partition_candidates(dataset: Dataset, partition: int, size: int, random_state: int, dtype: str,
+                          holdout: Holdout | None = None) -> dict[int, Reservoir]:
+    """Both classes' reservoirs of one partition's training rows, raw (runs on a worker)."""
     X, y = dataset.read_partition(partition, dtype=dtype)
     ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
-    if holdout is not None:
-        train = np.flatnonzero(~holdout.mask(y, ids))
-        X, y, ids = X[train], y[train], ids[train]
-    if scaling is not None:
-        X = scaling.apply(X)
-    sparse = hasattr(X, "tocsr")
-    return {label: Reservoir.empty(label, size, X.shape[1], X.dtype, sparse).offer(X, y, ids, random_state)
-            for label in (1, -1)}
+    train = np.arange(y.shape[0]) if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
+    return partition_reservoirs(y, ids, train, size, random_state, lambda chosen: X[chosen])
 
 
 def sample_reservoir(client: Client, dataset: Dataset, size: int, random_state: int,
                      dtype: str = "float64", scaling: Scaling | None = None,
                      holdout: Holdout | None = None) -> Reservoir:
-    """Draw the rare-class reservoir over the training rows of ``dataset`` on ``client``."""
-    parts = client.gather(client.map(partition_candidates, [dataset] * len(dataset.partitions),
+    """Draw the rare-class reservoir over the training rows of ``dataset`` on ``client`` (a pass of its own)."""
+    parts = fetch(client, client.map(_partition_candidates, [dataset] * len(dataset.partitions),
                                      range(len(dataset.partitions)), size=size, random_state=random_state,
-                                     dtype=dtype, scaling=scaling, holdout=holdout, pure=False))
-    merged = {label: reduce(Reservoir.merge, [p[label] for p in parts]) for label in (1, -1)}
-    if merged[1].n_rare == 0 or merged[-1].n_rare == 0:
-        missing = "positive" if merged[1].n_rare == 0 else "negative"
-        raise ValueError(f"dataset {dataset.url!r} has no {missing} rows; 2PMB needs both classes")
-    return merged[1] if merged[1].n_rare <= merged[-1].n_rare else merged[-1]
+                                     dtype=dtype, holdout=holdout, pure=False))
+    return rare_reservoir(dataset, parts, scaling)
