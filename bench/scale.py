@@ -432,7 +432,7 @@ def part_dp(args, root: Path, res: dict) -> None:
     reservoir) cost several loads -- the compute-bound setting.  ``single``: one explicit
     candidate with ``--dp-surrogate`` / ``--dp-buffer`` on a ``--dp-features``-column data set.
     """
-    res["dp"] = {}
+    res["dp"] = {m: v for m, v in res.get("dp", {}).items() if m in DP_MODES}    # --merge keeps the others
     for mode in args.dp_modes:
         data, n_rows, kind, extra, desc = _dp_setting(args, root, mode)
         runs = {1: [], 2: []}
@@ -736,13 +736,13 @@ def write_report(r: dict, out: Path, command: str) -> None:
         L.append("")
     if "dp" in r:
         L += ["## Data-parallel: K=1 vs K=2 on 2 cores", "",
-              f"Medians of {a['repeats']} fresh-cluster runs (tpw=1) a setting, K=1 and K=2 alternating.  "
+              "Medians of `runs` fresh-cluster runs (tpw=1) a setting, K=1 and K=2 alternating.  "
               "Bound: the most K=2 can gain on two one-thread workers given the K=1 run's step S and load L a "
               "partition -- K=1 needs at least max(S, (L + S) / 2) a partition, K=2 at least (L + S) / 2 "
               "(`dp_bound`); the ideal 2x needs L = 0.  The phases outside the chain (validation sample, "
               "reservoir) do not change with K.", "",
-              "| setting | data | K | whole call s | chain s | step ms | load ms | mix ms | speed-up whole | "
-              "speed-up chain | bound | ideal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| setting | data | K | runs | whole call s | chain s | step ms | load ms | mix ms | speed-up whole | "
+              "speed-up chain | bound | ideal |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for mode, d in r["dp"].items():
             for k in (1, 2):
                 b = d[f"k{k}"]
@@ -753,7 +753,7 @@ def write_report(r: dict, out: Path, command: str) -> None:
                         if k == 2 else " | | | |")
                 L.append(f"| {d['setting'] if k == 1 else ''} | "
                          + (f"{d['files']} files, {d['rows']:,} rows x {d['features']} float32" if k == 1 else "")
-                         + f" | {k} | {b['seconds']:.2f} | {b['chain_seconds'] or 0:.2f} | "
+                         + f" | {k} | {len(b['runs'])} | {b['seconds']:.2f} | {b['chain_seconds'] or 0:.2f} | "
                          f"{_ms(b['median_step_ms'], '')} | {_ms(b['median_load_ms'], '')} | {mix} | {tail}")
         L.append("")
     if "quality" in r:
