@@ -7,13 +7,14 @@ importing ``numpy.f2py``, ``numpy.testing`` and ``numpy.ma``), and a job on
 dense rows needs none of it.  :func:`issparse` answers without importing scipy:
 rows that are a scipy sparse matrix were built by ``scipy.sparse``, so it is
 loaded already.  :func:`scipy_sparse` imports it, for the code that builds CSR rows.
+:func:`writeable` gives rows, dense or sparse, whose values may be changed in place.
 """
 from __future__ import annotations
 
 import sys
 from types import ModuleType
 
-__all__ = ["issparse", "scipy_sparse"]
+__all__ = ["issparse", "scipy_sparse", "writeable"]
 
 
 def issparse(X: object) -> bool:
@@ -27,3 +28,8 @@ def scipy_sparse() -> ModuleType:
     import scipy.sparse
 
     return scipy.sparse
+
+
+def writeable(X):
+    """``X``, or a copy of it if its values are read-only (rows as they came back from a worker may be)."""
+    return X if (X.data if issparse(X) else X).flags.writeable else X.copy()

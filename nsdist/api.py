@@ -20,7 +20,7 @@ from distributed import Future
 from ._threads import on_one_blas_thread
 from ._validation import as_pm1_labels
 from ._lazy import lazy_exports
-from ._sparse import issparse, scipy_sparse
+from ._sparse import issparse, scipy_sparse, writeable
 from .data import Dataset
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits, fused_rows
 from .engine.checkpoint import Checkpoint, Checkpointer
@@ -262,7 +262,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     phases["validation_sample"] = time.perf_counter() - t
     scaling = cfg.scaling_of(moments, sparse=ds.is_sparse)
     if scaling is not None and val is not None:     # in place: the rows are this call's own (80 MB at 200k x 100)
-        val = (scaling.apply(_writeable(val[0])), val[1])
+        val = (scaling.apply(writeable(val[0])), val[1])
     if reservoir is not None:
         reservoir = scaled_reservoir(reservoir, scaling)
     n_val = 0 if val is None else val[0].shape[0]
@@ -513,11 +513,6 @@ class _Monitor:
         if not folded:
             w, b = self.raw(w, b)
         return value_on(self.measure, self.X, self.y, w, b)
-
-
-def _writeable(X):
-    """``X``, or a copy of it if its values are read-only (a single block as it came back from a worker)."""
-    return X if (X.data if issparse(X) else X).flags.writeable else X.copy()
 
 
 def _log_resolution(v_pos: int, folds: int = 1) -> None:

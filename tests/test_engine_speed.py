@@ -155,6 +155,26 @@ def test_the_validation_pass_draws_the_2pmb_reservoir_that_offering_every_scaled
         np.testing.assert_array_equal(*dense)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_read_only_reservoir_is_scaled_in_a_copy(sparse):
+    """One partition's sample comes back from a worker as it was sent, possibly in a read-only buffer: its rows
+    are scaled in a copy, to the values of scaling a writeable one, and the buffer is left as it was."""
+    import scipy.sparse as sp
+
+    from nsdist.engine.reservoir import Reservoir, scaled_reservoir
+    from nsdist.solvers.scaling import Scaling
+
+    rows = np.arange(1.0, 13.0, dtype=np.float32).reshape(4, 3)
+    scaling = Scaling(np.zeros(3) if sparse else np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 8.0]),
+                      centered=not sparse)
+    X = sp.csr_matrix(rows) if sparse else rows.copy()
+    (X.data if sparse else X).flags.writeable = False
+    got = scaled_reservoir(Reservoir(1, X, np.arange(4.0), 4, 4), scaling).X
+    want = scaling.apply(rows.copy())
+    np.testing.assert_array_equal(got.toarray() if sparse else got, want)
+    np.testing.assert_array_equal(X.toarray() if sparse else X, rows)
+
+
 def _mmapped(size: int = 1 << 20) -> bool:
     """Whether glibc serves a ``size``-byte malloc in this process by its own mmap (the chunk's IS_MMAPPED bit)."""
     libc = ctypes.CDLL("libc.so.6")

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 from distributed import Client
 
-from .._sparse import issparse
+from .._sparse import issparse, writeable
 from ..data import Dataset
 from ..solvers.order import reservoir_keys, top_k_indices
 from ..solvers.plan import Holdout
@@ -75,8 +75,9 @@ def rare_reservoir(dataset: Dataset, parts: list[dict[int, Reservoir]], scaling:
 
 
 def scaled_reservoir(reservoir: Reservoir, scaling: Scaling | None) -> Reservoir:
-    """``reservoir`` with its rows scaled, in place: a merged sample's rows are the merge's own copy."""
-    return reservoir if scaling is None else replace(reservoir, X=scaling.apply(reservoir.X))
+    """``reservoir`` with its rows scaled: in place where they may be written (a merged sample's rows are the
+    merge's own copy; one partition's, fetched from a worker, may be a read-only buffer: then a copy)."""
+    return reservoir if scaling is None else replace(reservoir, X=scaling.apply(writeable(reservoir.X)))
 
 
 def _partition_candidates(dataset: Dataset, partition: int, size: int, random_state: int, dtype: str,
