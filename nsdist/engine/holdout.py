@@ -35,13 +35,12 @@ from distributed import Client, Future, fire_and_forget
 from .._faults import MAX_RESTARTS, is_transient, redo_lost
 from .._threads import on_one_blas_thread
 from ..data import Dataset
-from ..solvers.blocks import gather_block
 from ..solvers.order import holdout_keys
 from ..solvers.kernel import aligned, stack_rows
 from ..solvers.plan import Holdout, holdout_sizes, smallest_keys
 from ..solvers.scaling import chunked_moments, merge_moments, moments_of, row_moments
 from .cluster import fetch
-from .reservoir import partition_reservoirs, rare_reservoir
+from .reservoir import partition_reservoirs, rare_reservoir, read_rows_of
 
 log = logging.getLogger("nsdist.engine")
 
@@ -121,16 +120,8 @@ def _validation_rows(dataset: Dataset, partition: int, holdout: Holdout, dtype: 
     (and reservoir rows) are gathered from the columns and the moments taken from
     them (:func:`column_moments`) -- the same numbers as from the whole matrix.
     """
-    if dataset.schema.layout == "columns":
-        values, y = dataset.read_columns(partition, dtype=dtype)
-        moments = column_moments([values])
-
-        def take(rows: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(gather_block(values, dtype, rows=rows))
-    else:
-        X, y = dataset.read_partition(partition, dtype=dtype)
-        moments = moments_of(X)
-        take = X.__getitem__
+    y, take, read = read_rows_of(dataset, partition, dtype)
+    moments = column_moments([read]) if isinstance(read, list) else moments_of(read)
     ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
     held = holdout.mask(y, ids)
     rows = np.flatnonzero(held)

@@ -27,13 +27,15 @@ from distributed import Client
 
 from .._sparse import issparse, writeable
 from ..data import Dataset
+from ..solvers.blocks import gather_block
 from ..solvers.order import reservoir_keys, top_k_indices
 from ..solvers.plan import Holdout
 from ..solvers.sgd import Reservoir
 from .cluster import fetch
 from .scaling import Scaling
 
-__all__ = ["Reservoir", "sample_reservoir", "partition_reservoirs", "rare_reservoir", "scaled_reservoir"]
+__all__ = ["Reservoir", "sample_reservoir", "partition_reservoirs", "rare_reservoir", "scaled_reservoir",
+           "read_rows_of"]
 
 
 def partition_reservoirs(y: np.ndarray, ids: np.ndarray, train: np.ndarray, size: int, random_state: int,
@@ -80,13 +82,29 @@ def scaled_reservoir(reservoir: Reservoir, scaling: Scaling | None) -> Reservoir
     return reservoir if scaling is None else replace(reservoir, X=scaling.apply(writeable(reservoir.X)))
 
 
+def read_rows_of(dataset: Dataset, partition: int, dtype: str) -> tuple[np.ndarray, Callable[[np.ndarray], object],
+                                                                       object]:
+    """One partition's labels, a function that copies some of its rows out (C-ordered dense rows, or CSR),
+    and what was read: a partition of one column per feature stays its columns (1-D arrays, as
+    :meth:`~nsdist.data.Dataset.read_columns` gives them; the whole matrix is never assembled), any other is
+    its matrix (:meth:`~nsdist.data.Dataset.read_partition`).  The rows copied are the same values either way."""
+    if dataset.schema.layout == "columns":
+        values, y = dataset.read_columns(partition, dtype=dtype)
+
+        def take(rows: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(gather_block(values, dtype, rows=rows))
+        return y, take, values
+    X, y = dataset.read_partition(partition, dtype=dtype)
+    return y, X.__getitem__, X
+
+
 def _partition_candidates(dataset: Dataset, partition: int, size: int, random_state: int, dtype: str,
                           holdout: Holdout | None = None) -> dict[int, Reservoir]:
     """Both classes' reservoirs of one partition's training rows, raw (runs on a worker)."""
-    X, y = dataset.read_partition(partition, dtype=dtype)
+    y, take, _ = read_rows_of(dataset, partition, dtype)
     ids = dataset.partitions[partition].row_offset + np.arange(y.shape[0])
     train = np.arange(y.shape[0]) if holdout is None else np.flatnonzero(~holdout.mask(y, ids))
-    return partition_reservoirs(y, ids, train, size, random_state, lambda chosen: X[chosen])
+    return partition_reservoirs(y, ids, train, size, random_state, take)
 
 
 def sample_reservoir(client: Client, dataset: Dataset, size: int, random_state: int,
