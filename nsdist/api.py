@@ -238,8 +238,8 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
         holdout = plan_holdout(c, ds, counts, random_state=cfg.random_state, fraction=cfg.validation_fraction,
                                max_rows=cfg.validation_max_rows)
         # 2PMB's reservoir is drawn in the same pass (raw rows, scaled below): no pass of its own
-        val, moments, reservoir = gather_validation(
-            c, ds, holdout, dtype=dtype, reservoir=(cfg.buffer_size, cfg.random_state) if cfg.solver == "2pmb" else None)
+        draw = (cfg.buffer_size, cfg.random_state) if cfg.solver == "2pmb" else None
+        val, moments, reservoir = gather_validation(c, ds, holdout, dtype=dtype, reservoir=draw)
         log.info("validation: %d rows held out (%d positive), never trained on", holdout.n_rows, holdout.n_pos)
     n_val = 0 if val is None else val[0].shape[0]
     v_pos = 0 if val is None else int(np.count_nonzero(val[1] > 0))

@@ -37,9 +37,12 @@ from .scaling import Scaling
 __all__ = ["Reservoir", "sample_reservoir", "partition_reservoirs", "rare_reservoir", "scaled_reservoir",
            "read_rows_of"]
 
+#: copies some rows of a partition out, given their positions (:func:`read_rows_of`)
+RowTaker = Callable[[np.ndarray], object]
+
 
 def partition_reservoirs(y: np.ndarray, ids: np.ndarray, train: np.ndarray, size: int, random_state: int,
-                         rows: Callable[[np.ndarray], object]) -> dict[int, Reservoir]:
+                         rows: RowTaker) -> dict[int, Reservoir]:
     """Both classes' reservoirs of one partition's training rows.
 
     ``y`` and ``ids`` (global positions) of every row of the partition;
@@ -82,8 +85,7 @@ def scaled_reservoir(reservoir: Reservoir, scaling: Scaling | None) -> Reservoir
     return reservoir if scaling is None else replace(reservoir, X=scaling.apply(writeable(reservoir.X)))
 
 
-def read_rows_of(dataset: Dataset, partition: int, dtype: str) -> tuple[np.ndarray, Callable[[np.ndarray], object],
-                                                                       object]:
+def read_rows_of(dataset: Dataset, partition: int, dtype: str) -> tuple[np.ndarray, RowTaker, object]:
     """One partition's labels, a function that copies some of its rows out (C-ordered dense rows, or CSR),
     and what was read: a partition of one column per feature stays its columns (1-D arrays, as
     :meth:`~nsdist.data.Dataset.read_columns` gives them; the whole matrix is never assembled), any other is
