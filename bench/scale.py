@@ -42,6 +42,7 @@ cost     A cost model for 16 and 64 workers from the measured sched numbers.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -870,12 +871,9 @@ def main(argv: list[str] | None = None) -> int:
     args.quality_sets = [x for x in args.quality_sets.split(",") if x]
     args.quality_seeds = [int(x) for x in args.quality_seeds.split(",") if x]
     args.dp_modes = [x for x in args.dp_modes.split(",") if x]
-    if "main" in args.parts and "dask_ml" in args.jobs:     # fail now, not after the nsdist runs of a repeat
-        try:
-            import dask_ml  # noqa: F401
-        except ImportError:
-            ap.error("the main part's dask_ml job needs dask-ml: `make bench` (pip install -e '.[bench]'), "
-                     "or leave it out with --jobs explicit1,explicit10,default")
+    if "main" in args.parts and "dask_ml" in args.jobs and importlib.util.find_spec("dask_ml") is None:
+        ap.error("the main part's dask_ml job needs dask-ml: `make bench` (pip install -e '.[bench]'), "
+                 "or leave it out with --jobs explicit1,explicit10,default")    # now, not after a repeat's runs
     if set(args.dp_modes) - set(DP_MODES):
         ap.error(f"--dp-modes: unknown {sorted(set(args.dp_modes) - set(DP_MODES))}; known {DP_MODES}")
     work = Path(args.workdir)
