@@ -37,7 +37,7 @@ import dask
 import numpy as np
 from dask.base import tokenize
 from dask.sizeof import sizeof
-from distributed import Client, Future
+from distributed import Client, Future, secede
 
 from .._faults import MAX_RESTARTS, cancel_quietly, is_transient
 from .._sparse import issparse
@@ -51,9 +51,9 @@ from .cluster import direct_to_workers, fetch
 from .reservoir import Reservoir
 from .scaling import Scaling
 
-__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "read_cached", "step_block", "step_group",
-           "mix_round", "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits", "fused_rows",
-           "CACHE_SHARE", "CACHE_KEY", "FUSE_KEY", "FUSE_PARTITION_BYTES", "FUSE_GROUP_BYTES"]
+__all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "load_task", "read_cached", "step_block",
+           "step_group", "mix_round", "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits",
+           "fused_rows", "CACHE_SHARE", "CACHE_KEY", "FUSE_KEY", "FUSE_PARTITION_BYTES", "FUSE_GROUP_BYTES"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -106,6 +106,16 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
     X, y = cached
     rows = order(y)
     return (X[rows] if issparse(X) else take_rows(X, rows)), y[rows]
+
+
+def load_task(*args, **kwargs):
+    """:func:`load_block` as the chain's load task: it first leaves the worker's thread pool
+    (``distributed.secede``), so that a step whose state and block are ready on this worker starts at once
+    instead of waiting for this read or gather to end (docs/engine.md §Partition chain).  The chain bounds how
+    many loads run (its prefetch and its gate); :func:`step_group` calls :func:`load_block` itself, in its
+    own slot."""
+    secede()
+    return load_block(*args, **kwargs)
 
 
 def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -760,7 +770,7 @@ class PartitionChain:
         if self.cache:
             cached = self._cached_rows(ds, spec, s.block, **where)
             key = f"nsdist-load-{tokenize(token, self._cache_reads)}-{i}"
-        return self.client.submit(load_block, ds, s.block, s.pass_index, spec, gate, file_order, cached,
+        return self.client.submit(load_task, ds, s.block, s.pass_index, spec, gate, file_order, cached,
                                   key=key, retries=2, **where)
 
     def _cached_rows(self, ds: Future, spec: Future, partition: int, file_order: bool = False, **where) -> Future:
@@ -773,7 +783,7 @@ class PartitionChain:
             if block is None:
                 rows = self._cached_rows(ds, spec, partition, **where)
                 block = self._ordered[partition] = self.client.submit(
-                    load_block, ds, partition, 0, spec, None, True, rows, retries=2, **where,
+                    load_task, ds, partition, 0, spec, None, True, rows, retries=2, **where,
                     key=f"nsdist-ordered-{tokenize(self._job, partition, self._cache_reads)}")
                 del self._cached[partition]     # released once the tasks that need it are done (not cancelled)
             return block
