@@ -609,6 +609,40 @@ def test_partition_cache_of_sparse_rows_reads_each_file_once_and_gives_the_same_
     assert cached.intercept == plain.intercept
 
 
+def _long_running(dask_worker, since: float) -> dict[str, bool]:
+    """Of every task a worker ran since ``since`` (its clock): whether it left the thread pool (its state went
+    from executing to long-running: ``distributed.secede``)."""
+    ran: dict[str, bool] = {}
+    for entry in dask_worker.state.log:
+        if len(entry) >= 4 and entry[1] == "executing" and isinstance(entry[-1], float) and entry[-1] >= since:
+            ran[str(entry[0])] = ran.get(str(entry[0]), False) or entry[2] == "long-running"
+    return ran
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_load_leaves_the_thread_pool_and_a_fused_group_keeps_its_slot(cluster, tmp_path, letter, fuse):
+    """docs/engine.md §Partition chain: every load task -- the first pass's reads, the cached passes' gathers --
+    secedes from its worker's thread pool, so that a ready step need not wait behind it; a fused group, which
+    loads inside its own task, and the steps keep their slots.  The model is the same either way."""
+    X, y = letter[0][:8000], letter[1][:8000]
+    url = write_parquet(tmp_path / "d", X, y, rows_per_file=2000)
+    params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=2, buffer_size=500, shuffle=False,
+                  standardize=False, random_state=1)     # epochs within partitions: the estimator's model
+    since = min(cluster.run(time.time).values())
+    with dask.config.set({FUSE_KEY: fuse}):
+        model = train(url, client=cluster, **params)
+    ran = {}
+    for tasks in cluster.run(_long_running, since=since).values():
+        ran.update(tasks)
+    loads = {k: v for k, v in ran.items() if k.startswith("nsdist-load-")}
+    groups = {k: v for k, v in ran.items() if k.startswith("nsdist-group-")}
+    steps = {k: v for k, v in ran.items() if k.startswith("nsdist-step-")}
+    assert (len(groups) > 0) == fuse and (len(loads) == 8) != fuse
+    assert all(loads.values()) and not any(groups.values()) and not any(steps.values())
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+
+
 def _fused_groups(client: Client) -> list[int]:
     """The last step of every fused group ``client`` has submitted and holds (key ``nsdist-group-<token>-<end>``;
     the client's own record: what it sent may not have reached the scheduler yet)."""
