@@ -619,28 +619,34 @@ def _long_running(dask_worker, since: float) -> dict[str, bool]:
     return ran
 
 
-@pytest.mark.parametrize("fuse", [False, True])
-def test_a_load_leaves_the_thread_pool_and_a_fused_group_keeps_its_slot(cluster, tmp_path, letter, fuse):
-    """docs/engine.md §Partition chain: every load task -- the first pass's reads, the cached passes' gathers --
-    secedes from its worker's thread pool, so that a ready step need not wait behind it; a fused group, which
-    loads inside its own task, and the steps keep their slots.  The model is the same either way."""
+@pytest.mark.parametrize("mode", ["sequential", "fused", "rounds"])
+def test_a_load_leaves_the_thread_pool_in_the_sequential_chain_only(cluster, tmp_path, letter, mode):
+    """docs/engine.md §Partition chain: in the sequential chain every load task -- the first pass's reads, the
+    cached passes' gathers -- secedes from its worker's thread pool, so that a ready step need not wait behind
+    it; the steps keep their slots, and so do a fused group, which loads inside its own task, and the loads of
+    data-parallel rounds, which step on every worker at once.  The sequential chain's model is the estimator's
+    either way."""
     X, y = letter[0][:8000], letter[1][:8000]
     url = write_parquet(tmp_path / "d", X, y, rows_per_file=2000)
     params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=2, buffer_size=500, shuffle=False,
                   standardize=False, random_state=1)     # epochs within partitions: the estimator's model
     since = min(cluster.run(time.time).values())
-    with dask.config.set({FUSE_KEY: fuse}):
-        model = train(url, client=cluster, **params)
+    with dask.config.set({FUSE_KEY: mode == "fused"}):
+        model = train(url, client=cluster, n_chains=2 if mode == "rounds" else 1, **params)
     ran = {}
     for tasks in cluster.run(_long_running, since=since).values():
         ran.update(tasks)
-    loads = {k: v for k, v in ran.items() if k.startswith("nsdist-load-")}
-    groups = {k: v for k, v in ran.items() if k.startswith("nsdist-group-")}
-    steps = {k: v for k, v in ran.items() if k.startswith("nsdist-step-")}
-    assert (len(groups) > 0) == fuse and (len(loads) == 8) != fuse
-    assert all(loads.values()) and not any(groups.values()) and not any(steps.values())
-    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
-    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    loads, groups, steps = ([v for k, v in ran.items() if k.startswith(prefix)]
+                            for prefix in ("nsdist-load-", "nsdist-group-", "nsdist-step-"))
+    if mode == "fused":
+        assert groups and not loads
+    else:
+        assert len(loads) == 8 and steps and not groups
+    assert all(loads) if mode == "sequential" else not any(loads)
+    assert not any(groups + steps)
+    if mode != "rounds":
+        est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+        np.testing.assert_array_equal(model.coef, est.coef_.ravel())
 
 
 def _fused_groups(client: Client) -> list[int]:

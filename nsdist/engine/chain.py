@@ -109,11 +109,11 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
 
 
 def load_task(*args, **kwargs):
-    """:func:`load_block` as the chain's load task: it first leaves the worker's thread pool
+    """:func:`load_block` as the sequential chain's load task: it first leaves the worker's thread pool
     (``distributed.secede``), so that a step whose state and block are ready on this worker starts at once
     instead of waiting for this read or gather to end (docs/engine.md §Partition chain).  The chain bounds how
     many loads run (its prefetch and its gate); :func:`step_group` calls :func:`load_block` itself, in its
-    own slot."""
+    own slot, and data-parallel rounds submit :func:`load_block`."""
     secede()
     return load_block(*args, **kwargs)
 
@@ -770,8 +770,14 @@ class PartitionChain:
         if self.cache:
             cached = self._cached_rows(ds, spec, s.block, **where)
             key = f"nsdist-load-{tokenize(token, self._cache_reads)}-{i}"
-        return self.client.submit(load_task, ds, s.block, s.pass_index, spec, gate, file_order, cached,
+        return self.client.submit(self._load_fn, ds, s.block, s.pass_index, spec, gate, file_order, cached,
                                   key=key, retries=2, **where)
+
+    @property
+    def _load_fn(self) -> Callable:
+        """The load task: :func:`load_task` in the sequential chain, :func:`load_block` in data-parallel rounds,
+        which step on every worker at once -- a load that left the pool there took a core from a step."""
+        return load_task if self.cfg.n_chains == 1 else load_block
 
     def _cached_rows(self, ds: Future, spec: Future, partition: int, file_order: bool = False, **where) -> Future:
         """The cache's future of ``partition``'s rows, read on first use.  ``file_order``: of its block when only
@@ -783,7 +789,7 @@ class PartitionChain:
             if block is None:
                 rows = self._cached_rows(ds, spec, partition, **where)
                 block = self._ordered[partition] = self.client.submit(
-                    load_task, ds, partition, 0, spec, None, True, rows, retries=2, **where,
+                    self._load_fn, ds, partition, 0, spec, None, True, rows, retries=2, **where,
                     key=f"nsdist-ordered-{tokenize(self._job, partition, self._cache_reads)}")
                 del self._cached[partition]     # released once the tasks that need it are done (not cancelled)
             return block
