@@ -658,15 +658,14 @@ class _Stream:
         if rows is not None:
             y = y[rows]
         ids = np.arange(y.shape[0])
-        self.rows, self.sparse = rows, sp.issparse(X)
+        self.sparse = sp.issparse(X)
         self._buffer = PassBuffer() if buffer is None else buffer
         # moments of every row (validation rows included), as the engine takes them
         self.scaling = scaling = cfg.scaling_for(X, rows=rows)
         self.owns_rows = scaling is not None and (rows is None or own_rows)
         if self.owns_rows:
             X = scaling.apply(X.copy() if rows is None else X[rows])
-            self.rows = None
-        self.X = X
+        self.X, self.rows = X, None if self.owns_rows else rows    # rows of the shared X, gathered each pass
         holdout = None
         if validation is None and cfg.selects and cfg.validation_fraction > 0:
             holdout = Holdout.draw(y, ids, cfg.random_state, cfg.validation_fraction, cfg.validation_max_rows)
