@@ -35,7 +35,9 @@ dp       Data-parallel speed-up K=1 -> K=2 on 2 cores for each ``--dp-modes``
          outweigh the loads: the compute-bound one), against the ideal 2x and
          the bound the measured step and load set.
 quality  Test pAUC(0, 0.1) at K = 1, 2, 4, 8 on the bundled data sets
-         (ingested into >= 16 partitions), default configuration, for each
+         (ingested into >= 16 partitions), default configuration on one
+         holdout at every K (the mixing's effect alone), and at K = 1 as the
+         default chooses (K-fold selection on few positives), for each
          ``--quality-seeds`` seed (the selection's winner moves with the seed).
 cost     A cost model for 16 and 64 workers from the measured sched numbers.
 """
@@ -516,21 +518,28 @@ def part_quality(args, res: dict, flush=lambda: None) -> None:
                    "seeds": {}}
             for seed in args.quality_seeds:
                 runs = {}
-                for k in args.quality_k:
+                # every K on one holdout (validation_folds=1), so the K differences are the mixing's alone;
+                # then K=1 as the default chooses ("auto": K-fold selection where a holdout would hold fewer than
+                # 100 positives -- which n_chains > 1 never uses), what a user gets without setting anything
+                for key, k, folds in [(f"k{k}", k, 1) for k in args.quality_k] + [("default", 1, "auto")]:
                     t0 = time.perf_counter()
                     model = train(tr, client=client, measure="pauc", beta=0.1, solver="1pmb", n_chains=k,
-                                  random_state=seed)
+                                  random_state=seed, validation_folds=folds)
                     s = model.decision_function(Xt)
-                    runs[f"k{k}"] = {"test_pauc": metrics.partial_auc(yt, s, 0.1),
-                                     "seconds": time.perf_counter() - t0, "passes": model.history.get("passes"),
-                                     "selected": model.history.get("selected")}
-                    print(f"  quality {name} seed={seed} K={k}: {runs[f'k{k}']}", flush=True)
+                    runs[key] = {"test_pauc": metrics.partial_auc(yt, s, 0.1),
+                                 "seconds": time.perf_counter() - t0, "passes": model.history.get("passes"),
+                                 "selected": model.history.get("selected"), "folds": model.history.get("folds", 1)}
+                    print(f"  quality {name} seed={seed} {key}: {runs[key]}", flush=True)
                 row["seeds"][str(seed)] = runs
             # per seed, each K against K = the first of --quality-k; a cell of the table is the mean over seeds
             diffs = [100 * (per_k[f"k{k}"]["test_pauc"] - per_k[f"k{args.quality_k[0]}"]["test_pauc"])
                      for per_k in row["seeds"].values() for k in args.quality_k[1:]]
             for k in args.quality_k:
                 row[f"k{k}"] = {"test_pauc": statistics.mean(r[f"k{k}"]["test_pauc"] for r in row["seeds"].values())}
+            row["default"] = {"test_pauc": statistics.mean(r["default"]["test_pauc"] for r in row["seeds"].values()),
+                              "folds": sorted({r["default"]["folds"] for r in row["seeds"].values()})}
+            row["k2_vs_default_points"] = [100 * (r["k2"]["test_pauc"] - r["default"]["test_pauc"])
+                                           for r in row["seeds"].values() if "k2" in r]
             row["max_abs_diff_points"] = max(map(abs, diffs), default=0.0)
             row["mean_abs_diff_points"] = statistics.mean(map(abs, diffs)) if diffs else 0.0
             row["mean_diff_points"] = statistics.mean(diffs) if diffs else 0.0
@@ -608,6 +617,16 @@ def _seed_spread(v: dict, k: int) -> str:
     vals = [100 * s[f"k{k}"]["test_pauc"] for s in v.get("seeds", {}).values() if f"k{k}" in s]
     pairs = [abs(a - b) for i, a in enumerate(vals) for b in vals[i + 1:]]
     return f"{sum(pairs) / len(pairs):.2f}" if pairs else ""
+
+
+def _default_cells(v: dict) -> str:
+    """The K=1 default's cell (its selection in brackets) and the K=2 runs' mean difference to it, in points."""
+    d, diffs = v.get("default"), v.get("k2_vs_default_points") or []
+    if d is None:
+        return "| "
+    how = " / ".join(f"{f} folds" if f > 1 else "holdout" for f in d["folds"])
+    return (f"{100 * d['test_pauc']:.2f} ({how}) | "
+            + (f"{statistics.mean(diffs):+.2f}" if diffs else ""))
 
 
 def write_report(r: dict, out: Path, command: str) -> None:
@@ -762,16 +781,23 @@ def write_report(r: dict, out: Path, command: str) -> None:
         seeds = sorted({int(s) for row in r["quality"].values() if isinstance(row, dict)    # the part's own runs:
                         for s in row.get("seeds", {})}) or [0]       # a later run of another part resets the config
         L += ["## Data-parallel: test pAUC(0, 0.1) at K = " + ", ".join(map(str, ks)), "",
-              "Default configuration (holdout, population, early stopping), 1PMB pAUC(0, 0.1); data ingested "
+              "Default configuration (population, early stopping) on one holdout at every K "
+              "(`validation_folds=1`: `n_chains > 1` always streams one holdout, so this keeps the selection "
+              "the same and the K differences are the mixing's), 1PMB pAUC(0, 0.1); data ingested "
               "with `nsdist.ingest(src, dst, rows_per_partition=...)`; test = the set's test file, else the last "
               f"quarter of the partitions. Seeds (`random_state`): {', '.join(map(str, seeds))}; a K cell is the "
               f"mean over the seeds; the differences are each seed's K against its own K={ks[0]} (in points). "
               f"`K={ks[0]} seed vs seed`: the mean |difference| between two seeds at K={ks[0]} -- how far the "
               "result moves when only the seed changes (the holdout, the row order and so the selected candidate "
-              "change with it), the scale against which the K differences are read.", "",
+              "change with it), the scale against which the K differences are read. `K=1 default`: the same "
+              "call with nothing set (`validation_folds='auto'`: 5-fold selection where a holdout would hold "
+              "fewer than 100 positives, else one holdout; the selection it used in brackets), and `K=2 - K=1 "
+              "default`: the mean over the seeds of the K=2 run against it -- what switching a default job to "
+              "two chains changes.", "",
               "| data set | train partitions | train rows | test rows | " + " | ".join(f"K={k}" for k in ks)
-              + f" | max abs diff | mean abs diff | mean diff | within 0.5 | K={ks[0]} seed vs seed |",
-              "|---|---|---|---|" + "---|" * (len(ks) + 5)]
+              + f" | max abs diff | mean abs diff | mean diff | within 0.5 | K={ks[0]} seed vs seed "
+              "| K=1 default | K=2 - K=1 default |",
+              "|---|---|---|---|" + "---|" * (len(ks) + 7)]
         for name, v in r["quality"].items():
             if "skipped" in v:
                 L.append(f"| {name} | skipped: {v['skipped']} |")
@@ -781,7 +807,8 @@ def write_report(r: dict, out: Path, command: str) -> None:
                      + " | ".join(f"{100 * v[f'k{k}']['test_pauc']:.2f}" for k in ks)
                      + f" | {v['max_abs_diff_points']:.2f} | {v.get('mean_abs_diff_points', float('nan')):.2f} | "
                      f"{v.get('mean_diff_points', float('nan')):+.2f} | "
-                     + (f"{within[0]}/{within[1]}" if within else "") + f" | {_seed_spread(v, ks[0])} |")
+                     + (f"{within[0]}/{within[1]}" if within else "") + f" | {_seed_spread(v, ks[0])} | "
+                     + _default_cells(v) + " |")
         L.append("")
     if "cost" in r:
         c = r["cost"]

@@ -244,7 +244,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     n_val = 0 if val is None else val[0].shape[0]
     v_pos = 0 if val is None else int(np.count_nonzero(val[1] > 0))
     if cfg.selects and v_pos:
-        _log_resolution(v_pos)
+        _log_resolution(v_pos, n_chains=n_chains)
     # a fixed ranking run's cut, or the selected F1 model's threshold: placed on a sample of the data's rows
     need_cut = cfg.fit_intercept and ((cfg.selects and n_val > 0 and cfg.plug_in) or (
         not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded))
@@ -515,13 +515,15 @@ class _Monitor:
         return value_on(self.measure, self.X, self.y, w, b)
 
 
-def _log_resolution(v_pos: int, folds: int = 1) -> None:
+def _log_resolution(v_pos: int, folds: int = 1, n_chains: int = 1) -> None:
     log.info("the selection resolves about one validation positive: 1/%d = %.3g of the measure "
              "(docs/solvers.md, 'What the holdout resolves')", v_pos, 1.0 / v_pos)
     if folds == 1 and v_pos < FEW_POSITIVES:     # coarser than a point of the measure: the choice is partly luck
-        log.info("with %d validation positives, K-fold selection (validation_folds=%d) would choose on every "
+        log.info("with %d validation positives, K-fold selection (validation_folds=%d%s) would choose on every "
                  "positive, for about %d times the fit, reading every row onto the driver (docs/solvers.md, "
-                 "'K-fold selection')", v_pos, AUTO_FOLDS, AUTO_FOLDS)
+                 "'K-fold selection')%s", v_pos, AUTO_FOLDS, ", n_chains=1" if n_chains > 1 else "", AUTO_FOLDS,
+                 f"; n_chains={n_chains} streams one holdout, as validation_folds='auto' does with more than one "
+                 "chain" if n_chains > 1 else "")
 
 
 def _final_loss(stats: np.ndarray) -> float | None:

@@ -5,6 +5,7 @@ Real Dask only: a ``LocalCluster`` and real ``dask scheduler`` / ``dask worker``
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import signal
 
@@ -136,12 +137,18 @@ def test_a_wide_state_steps_ahead_of_a_check_that_keeps_the_candidates(cluster, 
     assert 0 <= len(computed) - n_steps <= len(froze) + 1
 
 
-def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12):
+def test_mixed_checks_are_fifty_steps_apart_as_in_the_sequence(cluster, letter_12, caplog):
     """A check judges averages of >= 50 iterates: with K chains a round advances the mixed step counter by one
     block's epochs, so the checks are K times as many rows apart (here 4 x 50 x 500 rows: every 9 passes of 12 000
-    rows, 6 mixed steps each), and one more check ends the pass budget."""
+    rows, 6 mixed steps each), and one more check ends the pass budget.  The holdout holds fewer than 100
+    positives, where one chain would select by K-fold: K chains stream the holdout, and the log says so."""
     url, _, _ = letter_12
+    caplog.set_level(logging.INFO, logger="nsdist")
     model = train(url, client=cluster, measure="pauc", n_chains=4, random_state=3, max_passes=20)
+    v_pos = model.history["validation_positives"]
+    assert v_pos < 100 and model.history.get("folds") is None
+    assert (f"with {v_pos} validation positives, K-fold selection (validation_folds=5, n_chains=1) would choose on "
+            "every positive") in caplog.text and "n_chains=4 streams one holdout" in caplog.text
     epochs = [p["epoch"] for p in model.history["validation_curve"]]
     assert len(epochs) == 3 and epochs[-1] == 20 * 6          # (checks 25 000 rows apart made 7, 18 steps apart)
     assert all(b - a >= 50 for a, b in zip([0] + epochs[:-2], epochs[:-1]))
