@@ -574,7 +574,8 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
             self._validation = (Xv[:cfg.validation_max_rows], yv[:cfg.validation_max_rows])
         reservoir, stream = None, None
         if cfg.solver == "2pmb":
-            reservoir = self._reservoir = self._reservoir.offer(X[train], y[train], ids[train], cfg.random_state)
+            rare = train[y[train] == self._reservoir.label]   # only they can enter the sample: only they are copied
+            reservoir = self._reservoir = self._reservoir.offer(X[rare], y[rare], ids[rare], cfg.random_state)
             stream = -reservoir.label
         rows = block_rows(y, ids, pass_index=0, block=self._next_block, random_state=cfg.random_state,
                           shuffle=cfg.shuffle, holdout=holdout, stream_label=stream)
@@ -688,8 +689,9 @@ class _Stream:
             if np.unique(y[self.train]).shape[0] < 2:
                 raise ValueError("the training rows (after the validation holdout) hold one class; 2PMB needs both")
             stream = -rare_label(y[self.train])
+            rare = self.train[y[self.train] != stream]       # only they can enter the sample: only they are copied
             self.reservoir = Reservoir.empty(-stream, cfg.buffer_size, X.shape[1], X.dtype, self.sparse).offer(
-                self._gather(self.train), y[self.train], self.train, cfg.random_state)
+                self._gather(rare), y[rare], rare, cfg.random_state)
         # one block: every pass visits block 0, shuffled or not (the rows are shuffled by stream_order);
         # shuffle=False skips a generator per pass (1000+ passes of budget on small data)
         self.streamed = training_rows(y, ids, holdout=holdout, stream_label=stream)   # the same rows every pass
