@@ -488,37 +488,43 @@ _JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset
              "n_chains": "cluster.n_chains", "validation_fraction": "solver.validation_fraction"}
 
 
-def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[str, str | None]]:
-    """``{python_name: (option or job key, job key of the option)}`` for the options of ``command``."""
+def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[str, str | None, bool]]:
+    """``{python_name: (option or job key, job key of the option, the option is given once a value)}`` for the
+    options of ``command``."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
-    names: dict[str, tuple[str, str | None]] = {}
+    names: dict[str, tuple[str, str | None, bool]] = {}
     keys = {key: option for option, key, _, _ in TRAIN_OPTIONS}
     if command in ("train", "retrain"):
         for name, key in _JOB_KEYS.items():
             option = keys.get(key) if command == "train" else None
-            names[name] = (option, key) if option else (key, None)
+            names[name] = (option, key, False) if option else (key, None, False)
     for action in sub._actions:
         for option in action.option_strings:
             if option.startswith("--") and not action.dest.count("."):
-                names.setdefault(option[2:].replace("-", "_"), (option, None))
+                names.setdefault(option[2:].replace("-", "_"),
+                                 (option, None, isinstance(action, argparse._AppendAction)))
     return names
 
 
-def _speak_cli(text: str, names: dict[str, str]) -> str:
+def _speak_cli(text: str, names: dict[str, tuple[str, str | None, bool]]) -> str:
     """``pass overwrite=True`` -> ``pass --overwrite``, ``pass format='csv'`` -> ``pass --format 'csv'``,
-    ``label_column=`` -> ``--label-column (dataset.label_column)``: the library's messages in the command's terms."""
+    ``label_column=`` -> ``--label-column (dataset.label_column)``, ``categorical=['a', 'b']`` -> ``--categorical a
+    --categorical b`` (an option given once a value): the library's messages in the command's terms."""
     import re
 
     def say(match: re.Match) -> str:
         name, value = match.group(1), match.group(2)
         if name not in names:
             return match.group(0)
-        flag, key = names[name]
+        flag, key, once_a_value = names[name]
         said = f" ({key})" if key else ""
         if value == "True" and flag.startswith("--"):
             return flag + said
         if value.startswith("["):                    # positive=['7', '8'] -> --positive 7 8
-            value = " ".join(v.strip(" '\"") for v in value.strip("[]").split(","))
+            values = [v.strip(" '\"") for v in value.strip("[]").split(",")]
+            if once_a_value:
+                return " ".join(f"{flag} {v}" for v in values) + said
+            value = " ".join(values)
         return (f"{flag} {value}" if value else flag) + said
 
     return re.sub(r"(?<![\w/.=-])([a-z][a-z_]*)=(True\b|\[[^\]]*\]|[^\s,;)]*)", say, text)

@@ -149,6 +149,22 @@ def test_warnings_are_one_line_without_a_source_line(letter, env, tmp_path, reli
     assert "UserWarning" not in proc.stderr and "warnings.warn" not in proc.stderr
 
 
+def test_text_in_number_columns_names_the_ingest_options_that_encode_them(tmp_path, env, reliability):
+    """A CSV's columns of categories, not named as such: the error names each, in the option as it is given on
+    the command line (once a value); pasting it ingests the file."""
+    src = tmp_path / "in.csv"
+    src.write_text("a,proto,service,label\n" + "".join(f"{i},{('tcp', 'udp')[i % 2]},{('http', 'ftp', 'smtp')[i % 3]},"
+                                                     f"{int(i % 4 == 0)}\n" for i in range(40)))
+    line = one_line_error(nsdist("ingest", src, tmp_path / "d", env=env), 1)
+    reliability("bad input", "ingest a CSV whose columns of categories are not named", exit_code=1, message=line)
+    hint = "one-hot encode them: --categorical proto --categorical service)"
+    assert "line 2, column 'proto': value 'tcp' is not a number (2 columns of categories?" in line and hint in line
+    options = hint[len("one-hot encode them: "):-1].split()
+    proc = nsdist("ingest", src, tmp_path / "d", *options, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "40 rows (10 positive), 6 features, 1 partition" in proc.stdout
+
+
 def test_counts_are_singular_when_one(tmp_path, env):
     src = tmp_path / "in.csv"
     src.write_text("a,label\n1,0\n2,1\n")

@@ -8,6 +8,7 @@ import itertools
 import json
 import lzma
 import re
+import time
 
 import fsspec
 import numpy as np
@@ -255,6 +256,43 @@ def test_bad_input_leaves_existing_dst_untouched(tmp_path, dask_client, name, te
         ingest(src, dst, overwrite=True, chunk_rows=2, client=dask_client, **options)
     assert _listing(tmp_path / "out") == ["ds", "ds/part-00000.parquet"]
     assert (dst / "part-00000.parquet").read_bytes() == b"previous content"
+
+
+def test_bad_input_in_several_blocks_names_the_first_bad_line(tmp_path, dask_client):
+    """Blocks are checked in parallel: whichever block's check ends first, the error names the input's first
+    bad line (five runs, blocks of two lines, bad values on lines 3, 9 and 13)."""
+    src = tmp_path / "bad.csv"
+    lines = ["a,b,label"] + [f"{i},{'x' if i in (2, 8, 12) else i},{i % 2}" for i in range(1, 15)]
+    src.write_text("\n".join(lines) + "\n")
+    for run in range(5):
+        with pytest.raises(ValueError, match=re.escape(f"bad.csv: line 3, column 'b': value 'x' is not a number")):
+            ingest(src, tmp_path / f"out{run}", chunk_rows=2, client=dask_client)
+
+
+def _fail_in_turn(i: int, event: str) -> int:
+    """Call 3 fails at once; call 1 (out of its worker's thread pool while it waits) a second after call 3 has,
+    so that the driver holds call 3's error first."""
+    from distributed import Event, secede
+    if i == 1:
+        secede()
+        Event(event).wait(timeout=60)
+        time.sleep(1.0)
+        raise ValueError("call 1 failed")
+    if i == 3:
+        Event(event).set()
+        raise ValueError("call 3 failed")
+    return i
+
+
+def test_stream_raises_the_earliest_failed_calls_error(dask_client):
+    """``_stream`` waits for the calls in flight when one fails and raises the error of the earliest call that
+    failed: call 3's error arrives first, call 1's is raised."""
+    import uuid
+
+    from nsdist.data.ingestion import _stream
+    event = f"nsdist-test-{uuid.uuid4().hex}"
+    with pytest.raises(ValueError, match="call 1 failed"):
+        _stream(dask_client, _fail_in_turn, [(i, event) for i in range(6)])
 
 
 def test_one_class_is_an_error_naming_the_labels_found(repo_data, tmp_path, dask_client):

@@ -162,6 +162,19 @@ def test_csv_errors_name_file_line_and_column(tmp_path, line, message):
         list(read_csv(path))
 
 
+def test_csv_text_in_number_columns_names_them_all_as_categories_to_encode(tmp_path):
+    """Columns of categories left unnamed fail at their first text with every such column named, in the
+    option that one-hot encodes them; passing it reads the rows."""
+    path = _write(tmp_path / "cat.csv", "a,proto,b,service,label\n1,tcp,2,http,1\n3,udp,4,ftp,0\n5,tcp,6,smtp,0\n")
+    message = (f"{path}: line 2, column 'proto': value 'tcp' is not a number (2 columns of categories? one-hot "
+               "encode them: categorical=['proto', 'service'])")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        list(read_csv(path))
+    (rows,) = list(read_csv(path, categorical=["proto", "service"]))
+    assert rows.numeric.shape == (3, 2) and [c.to_pylist() for c in rows.categorical] == [
+        ["tcp", "udp", "tcp"], ["http", "ftp", "smtp"]]
+
+
 def test_csv_bad_options(tmp_path):
     path = _write(tmp_path / "x.csv", "a,b,label\n1,2,1\n")
     with pytest.raises(ValueError, match="label_column 'y' is not a column; the columns are"):

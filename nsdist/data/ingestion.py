@@ -404,8 +404,9 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
     :data:`~nsdist._faults.MAX_RESTARTS` times: every call reads its input
     and writes the same file, so a redo gives the same dataset.  When a call
     fails otherwise, the calls in flight are waited for (so that none writes
-    after the caller cleans up) and the first error is raised; on an
-    interrupt they are cancelled.
+    after the caller cleans up) and the error of the earliest call that
+    failed is raised -- the first bad line of the input, whichever block's
+    check ended first; on an interrupt they are cancelled.
     """
     limit = 2 * max(1, sum(client.nthreads().values()))
     token = uuid.uuid4().hex[:8]
@@ -413,6 +414,7 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
     pending: dict[int, tuple] = {}           # the arguments of the calls in flight, kept for a redo
     restarts: dict[int, int] = {}
     results: dict[int, Any] = {}
+    errors: dict[int, Exception] = {}        # the calls that failed for good
     running = as_completed(loop=client.loop)
 
     def submit(i: int) -> None:
@@ -431,6 +433,7 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
             results[i] = future.result()
         except Exception as exc:  # a lost worker, lost block, dropped connection: redone; else raised
             if not is_transient(exc) or restarts.get(i, 0) >= MAX_RESTARTS:
+                errors[i] = exc
                 raise
             restarts[i] = restarts.get(i, 0) + 1
             log.warning("ingest: call %d was lost (%s: %s); redoing it (restart %d/%d)",
@@ -448,10 +451,15 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
             submit(n - 1)
         for future in running:                # includes the redone calls added while iterating
             collect(future)
-    except Exception:
-        for _ in running:
-            pass
-        raise
+    except Exception as exc:
+        for future in running:                # wait for the calls in flight: an earlier one may fail too
+            i = index.pop(future, None)
+            if i is not None and future.status == "error" and not is_transient(future.exception()):
+                errors.setdefault(i, future.exception())
+        earliest = errors[min(errors)] if errors else exc
+        if earliest is exc:
+            raise
+        raise earliest from None
     except BaseException:
         client.cancel(list(index))
         raise

@@ -122,15 +122,20 @@ def text_blocks(fs: AbstractFileSystem, path: str, chunk_rows: int) -> Iterator[
         yield TextBlock(name, first, lines)
 
 
+class NotANumber(ValueError):
+    """A text that should be a number is not one (:func:`parse_numbers`)."""
+
+
 def parse_numbers(strings: pa.Array, type_: pa.DataType, where: Callable[[int], str],
                   what: str) -> np.ndarray:
     """Convert cleaned strings to numbers of ``type_``; NaN/inf are rejected.
 
     Raises
     ------
+    NotANumber
+        ``"<where(i)>: <what> '<text>' is not a number"`` for the first offending entry ``i``.
     ValueError
-        ``"<where(i)>: <what> '<text>' is not a number"`` (or ``is not finite``)
-        for the first offending entry ``i``.
+        ``"<where(i)>: <what> '<text>' is not finite"``.
     """
     try:
         out = pc.cast(strings, type_).to_numpy(zero_copy_only=False)
@@ -144,7 +149,7 @@ def parse_numbers(strings: pa.Array, type_: pa.DataType, where: Callable[[int], 
             except pa.ArrowInvalid:
                 hi = mid
         kind = "an integer" if pa.types.is_integer(type_) else "a number"
-        raise ValueError(f"{where(lo)}: {what} {strings[lo].as_py()!r} is not {kind}") from None
+        raise NotANumber(f"{where(lo)}: {what} {strings[lo].as_py()!r} is not {kind}") from None
     if out.dtype.kind == "f":
         bad = np.flatnonzero(~np.isfinite(out))
         if bad.size:
@@ -470,11 +475,19 @@ def parse_csv(block: TextBlock, layout: CsvLayout, rule: LabelRule | None = None
     matrix = None
     if numeric:
         matrix = np.empty((table.num_rows, len(layout.numeric)), dtype=np.float64, order="F")
+        text: list[tuple[str, NotANumber]] = []         # the columns holding text, all named at once
         for col, j in enumerate(layout.numeric):
-            matrix[:, col] = parse_numbers(
-                cells(j), pa.float64(),
-                lambda i, j=j: f"{block.source}: line {line_of_row[i]}, column {layout.names[j]!r}",
-                "value")
+            try:
+                matrix[:, col] = parse_numbers(
+                    cells(j), pa.float64(),
+                    lambda i, j=j: f"{block.source}: line {line_of_row[i]}, column {layout.names[j]!r}", "value")
+            except NotANumber as exc:
+                text.append((layout.names[j], exc))
+        if text:
+            names = [name for name, _ in text]
+            raise ValueError(f"{text[0][1]} ({'a column' if len(text) == 1 else f'{len(text)} columns'} of "
+                             f"categories? one-hot encode {'it' if len(text) == 1 else 'them'}: "
+                             f"categorical={names!r})") from None
     return CsvRows(labels=codes[keep], lines=line_of_row, numeric=matrix,
                    categorical=tuple(cells(j) for j in layout.categorical),
                    dropped=int((~keep).sum()),
