@@ -194,11 +194,16 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         else:
             check_classes(c, ds)
         folds = cfg.folds(*(counts or (0, 0)), holdout=counts is not None and n_chains == 1 and init_model is None)
-        if folds > 1 and cfg.validation_folds == "auto":
-            log.info("K-fold selection (validation_folds='auto'): a holdout of the %d rows would hold %d "
-                     "positives (fewer than %d), so %d folds choose on every positive",
-                     sum(counts), holdout_sizes(*counts, cfg.validation_fraction, cfg.validation_max_rows)[0],
-                     FEW_POSITIVES, folds)
+        if counts is not None and cfg.validation_folds == "auto":
+            v_pos = holdout_sizes(*counts, cfg.validation_fraction, cfg.validation_max_rows)[0]
+            if folds > 1:
+                log.info("K-fold selection (validation_folds='auto'): a holdout of the %d rows would hold %d "
+                         "positives (fewer than %d), so %d folds choose on every positive",
+                         sum(counts), v_pos, FEW_POSITIVES, folds)
+            elif v_pos < FEW_POSITIVES and sum(counts) > cfg.validation_max_rows:
+                log.info("validation_folds='auto' keeps one holdout (%d positives): K-fold selection reads every "
+                         "row onto the driver, and the %d rows exceed validation_max_rows=%d (raise it to select "
+                         "by K-fold)", v_pos, sum(counts), cfg.validation_max_rows)
         phases["class_check"] = time.perf_counter() - t
         if not cfg.streaming or folds > 1:
             if resume:      # an in-memory fit writes no checkpoint: a "resumed" one would silently start over

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -300,12 +301,17 @@ def test_on_wide_rows_the_engine_and_the_estimator_agree_whatever_blas_threads_e
     assert model.intercept == float(est.intercept_[0])
 
 
-def test_auto_folds_stream_a_holdout_when_the_rows_exceed_the_validation_cap(cluster, tmp_path, letter):
+def test_auto_folds_stream_a_holdout_when_the_rows_exceed_the_validation_cap(cluster, tmp_path, letter, caplog):
     """``validation_folds="auto"`` reads the rows onto the driver only up to ``validation_max_rows`` rows: past it
-    the job streams with one holdout (and logs that K-fold selection would choose on every positive)."""
+    the job streams with one holdout, and logs why and that K-fold selection would choose on every positive."""
     X, y = letter[0][:6000], letter[1][:6000]
     url = write_parquet(tmp_path / "capped", X, y, rows_per_file=2000)
+    caplog.set_level(logging.INFO, logger="nsdist")
     model = train(url, client=cluster, measure="prbep", validation_max_rows=5000, random_state=1)
+    v_pos = model.history["validation_positives"]
+    assert (f"validation_folds='auto' keeps one holdout ({v_pos} positives): K-fold selection reads every row onto "
+            "the driver, and the 6000 rows exceed validation_max_rows=5000") in caplog.text
+    assert f"with {v_pos} validation positives, K-fold selection (validation_folds=5) would choose" in caplog.text
     assert model.history.get("folds") is None and model.history["validation_rows"] > 0
     assert len(model.history["curve"]) > 0                                  # the partition chain ran
     est = nsdist.NonDecomposableClassifier("prbep", validation_max_rows=5000, random_state=1).fit(X, y)
