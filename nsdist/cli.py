@@ -211,14 +211,17 @@ def _add_predict(sub) -> None:
     p = sub.add_parser("predict", help="score a Parquet, CSV or svmlight file with a model",
                        description="Write the score and the predicted label (+1/-1) of every row of INPUT to "
                        "OUTPUT (Parquet or CSV, by extension), atomically. INPUT's columns must be the model's "
-                       "features, plus the label column and any --keep columns, which are copied to OUTPUT. "
-                       "Sparse input -- an svmlight/LIBSVM file or a Parquet dataset in the sparse layout -- is "
+                       "features, plus the label column and any --keep columns, which are copied to OUTPUT; a "
+                       "model of columns one-hot encoded at ingest (--categorical COL: features COL=value) takes "
+                       "the raw column COL, encoded as ingest did (a value the model never saw sets none of its "
+                       "features; a warning counts such rows). A CSV without a header line has the columns col0, "
+                       "col1, ... as ingest names them. Sparse input -- an svmlight/LIBSVM file or a Parquet dataset in the sparse layout -- is "
                        "scored as CSR rows (feature j is svmlight index j+1; the label is copied).",
                        epilog=_examples("nsdist predict runs/letter-pauc runs/letter/data scores.parquet",
                                         "nsdist predict runs/x/model new.csv scores.csv --keep id"))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
-    p.add_argument("input", help="Parquet file or dataset directory, a CSV file with a header, or an svmlight "
-                   "file (.gz/.bz2/.xz ok)")
+    p.add_argument("input", help="Parquet file or dataset directory, a CSV file (a header line is detected as "
+                   "ingest detects it), or an svmlight file (.gz/.bz2/.xz ok)")
     p.add_argument("output", help="output file: .parquet or .csv")
     p.add_argument("--label-column", default="label", metavar="COL",
                    help="label column: not a feature; copied to the output when present (default: label)")

@@ -433,9 +433,16 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
     ``storage_options``: fsspec options for ``src`` and ``dst``.
 
     The input's columns must be the model's features plus the label column
-    (optional) and the ``keep`` columns, which are copied to the output.  The
-    input is read in record batches; the output (Parquet or CSV by its
-    extension) is written atomically.  Returns the number of rows.
+    (optional) and the ``keep`` columns, which are copied to the output.  A
+    model trained on one-hot columns (``nsdist ingest --categorical COL``: the
+    features ``COL=value``) takes the raw column ``COL`` instead, encoded as
+    ingest encoded it (its values stripped of spaces and quotes); a value the
+    model never saw leaves all of its features 0, and a warning counts such
+    rows.  A CSV input may lack a header line (detected as ingest detects it:
+    a first line without a number names the columns), its columns are then
+    ``col0, col1, ...`` as ingest names them.  The input is read in record
+    batches; the output (Parquet or CSV by its extension) is written
+    atomically.  Returns the number of rows.
 
     Raises
     ------
@@ -445,6 +452,7 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
         missing.
     """
     import pyarrow as pa
+    import pyarrow.csv as pacsv
     import pyarrow.dataset as pads
 
     from .data.fs import access
@@ -460,8 +468,14 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
                              storage_options=storage_options)
         atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
         return table.num_rows
-    data = pads.dataset(path, filesystem=fs, format=_table_format(src))
-    names = data.schema.names
+    fmt = _table_format(src)
+    if fmt == "csv":
+        from .data.readers import CsvLayout
+
+        layout = CsvLayout.detect(fs, path, label_column=0)         # the names, header or not
+        names = list(layout.names)
+    else:
+        names = pads.dataset(path, filesystem=fs, format=fmt).schema.names
     absent = [c for c in keep if c not in names]
     if absent:
         raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
@@ -470,24 +484,82 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
     clash = [c for c in _OUTPUT_COLUMNS if c in copied]
     if clash:
         raise ValueError(f"{src} has a column {clash[0]!r}, which the output uses for the model's {clash[0]}s")
+    features = list(model.feature_names)
+    onehot = _one_hot_columns(features, [c for c in names if c not in copied])
+    encoded = {f for c in onehot for f in onehot[c]}
+    # the other columns must be the model's other features (a model of those alone checks them)
+    checker = model if not onehot else LinearModel(np.zeros(len(features) - len(encoded)), 0.0, model.measure,
+                                                   feature_names=[f for f in features if f not in encoded])
     try:
-        model.check_features([c for c in names if c not in copied], where=f"input {src}")
+        checker.check_features([c for c in names if c not in copied and c not in onehot], where=f"input {src}")
     except ValueError as exc:
         raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep)") from None
-    for name in model.feature_names:
+    if fmt == "csv":
+        data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
+    else:
+        data = pads.dataset(path, filesystem=fs, format=fmt)
+    position = {f: j for j, f in enumerate(features)}
+    for name in (f for f in features if f not in encoded):
         kind = data.schema.field(name).type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
             raise ValueError(f"column {name!r} of {src} is {kind}, not numeric")
     parts = [pa.table({c: pa.array([], data.schema.field(c).type) for c in copied}
                       | {"score": pa.array([], pa.float64()), "prediction": pa.array([], pa.int8())})]
-    for batch in data.to_batches(columns=copied + model.feature_names):
-        X = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False) for c in model.feature_names])
-        scores = model.decision_function(X.astype(np.float64)) if batch.num_rows else np.zeros(0)
+    unseen: dict[str, list] = {}
+    for batch in data.to_batches(columns=copied + [c for c in names if c not in copied]):
+        X = np.zeros((batch.num_rows, len(features)))
+        for name in (f for f in features if f not in encoded):
+            X[:, position[name]] = batch.column(name).to_numpy(zero_copy_only=False)
+        for column, values in onehot.items():
+            codes, new = _one_hot_codes(batch.column(column), list(values.values()))
+            seen = np.flatnonzero(codes >= 0)
+            X[seen, np.asarray([position[f] for f in values])[codes[seen]]] = 1
+            if new:
+                count, example = unseen.get(column, [0, new[1]])
+                unseen[column] = [count + new[0], example]
+        scores = model.decision_function(X) if batch.num_rows else np.zeros(0)
         parts.append(pa.table({**{c: batch.column(c) for c in copied}, "score": scores,
                                "prediction": np.where(scores > threshold, 1, -1).astype(np.int8)}))
+    for column, (count, example) in unseen.items():
+        import warnings
+
+        warnings.warn(f"{src}: {count} row{'s' if count != 1 else ''} hold a value of {column!r} the model was not "
+                      f"trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} features are 0",
+                      stacklevel=2)
     table = pa.concat_tables(parts)
     atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
     return table.num_rows
+
+
+def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``{column: {feature: value}}`` for the model's one-hot features ``column=value`` (as ingest names them)
+    whose ``column`` is an input column and which are not input columns themselves."""
+    present, out = set(columns), {}
+    for f in features:
+        if f in present:
+            continue
+        for k in (k for k, ch in enumerate(f) if ch == "="):
+            if f[:k] in present:
+                out.setdefault(f[:k], {})[f] = f[k + 1:]
+                break
+    return out
+
+
+def _one_hot_codes(column, values: list[str]) -> tuple[np.ndarray, tuple[int, str] | None]:
+    """Each row's position in ``values`` (-1: none) of its text, cleaned as ingest cleans it; and
+    ``(rows with a value not in values, the first such value)``, or None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .data.labels import clean_strings
+
+    text = clean_strings(pc.cast(column, pa.string()))
+    codes = pc.index_in(text, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False)
+    codes = np.where(np.isnan(codes), -1, codes).astype(np.int64)
+    missing = np.flatnonzero(codes < 0)
+    return codes, ((int(missing.size), text[int(missing[0])].as_py()) if missing.size else None)
 
 
 def _table_format(url: str) -> str:

@@ -355,3 +355,49 @@ def test_metadata_counts_only_while_the_files_match(repo_data, tmp_path, dask_cl
     with pytest.warns(UserWarning, match="_nsdist.json does not match the Parquet files present; ignored"):
         remaining = Dataset.open(tmp_path / "l")
     assert "positives" not in remaining.metadata and remaining.num_rows == 12_000
+
+
+def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
+    """A model of one-hot features (``categorical=`` at ingest) scores the raw CSV -- with a header line or
+    without one -- as it scores the ingested rows (values stripped of spaces and quotes as ingest strips them);
+    a category the model never saw leaves its features 0, and a warning counts such rows."""
+    from nsdist.model import LinearModel
+    from nsdist.run import predict_file
+
+    rng = np.random.default_rng(0)
+    n = 60
+    proto, service = rng.choice(["tcp", "udp", "icmp"], n), rng.choice(["http", "ftp", '"smtp"'], n)
+    a, b, label = rng.normal(size=n).round(3), rng.integers(0, 5, n), (rng.random(n) < 0.3).astype(int)
+    lines = [f"{a[i]},{proto[i]},{b[i]}, {service[i]},{label[i]}" for i in range(n)]
+    raw = tmp_path / "raw.csv"
+    raw.write_text("a,proto,b,service,label\n" + "\n".join(lines) + "\n")
+    ds = ingest(raw, tmp_path / "ds", categorical=["proto", "service"], shuffle=False, layout="dense",
+                client=dask_client)
+    assert list(ds.feature_names) == ["a", "proto=icmp", "proto=tcp", "proto=udp", "b", "service=ftp",
+                                      "service=http", "service=smtp"]
+    model = LinearModel(rng.normal(size=ds.n_features), 0.25, "pauc", feature_names=list(ds.feature_names))
+    assert predict_file(model, ds.url, str(tmp_path / "ingested.parquet")) == n
+    expected = pd.read_parquet(tmp_path / "ingested.parquet")["score"].to_numpy()
+    assert predict_file(model, str(raw), str(tmp_path / "raw.parquet")) == n
+    got = pd.read_parquet(tmp_path / "raw.parquet")
+    np.testing.assert_allclose(got["score"], expected, rtol=1e-12, atol=1e-12)
+    assert list(got.columns) == ["label", "score", "prediction"] and list(got["label"]) == list(label)
+    # no header line: the columns are col0, col1, ... as ingest names them
+    bare = tmp_path / "bare.csv"
+    bare.write_text("\n".join(lines) + "\n")
+    named = ingest(bare, tmp_path / "ds2", label_column=4, categorical=[1, 3], shuffle=False, layout="dense",
+                   client=dask_client)
+    assert list(named.feature_names)[:2] == ["col0", "col1=icmp"]
+    model2 = LinearModel(model.coef, 0.25, "pauc", feature_names=list(named.feature_names))
+    predict_file(model2, str(bare), str(tmp_path / "bare.parquet"), label_column="col4")
+    np.testing.assert_allclose(pd.read_parquet(tmp_path / "bare.parquet")["score"], expected, rtol=1e-12, atol=1e-12)
+    # a category the model never saw: its one-hot features 0
+    new = tmp_path / "new.csv"
+    new.write_text("a,proto,b,service,label\n1.5,sctp,2,http,0\n1.5,tcp,2,http,0\n")
+    with pytest.warns(UserWarning, match=re.escape("1 row hold a value of 'proto' the model was not trained on "
+                                                   "(e.g. 'sctp'): its proto features are 0")):
+        predict_file(model, str(new), str(tmp_path / "new.parquet"))
+    w = dict(zip(model.feature_names, model.coef))
+    scores = pd.read_parquet(tmp_path / "new.parquet")["score"]
+    assert scores[0] == pytest.approx(1.5 * w["a"] + 2 * w["b"] + w["service=http"] + 0.25, rel=1e-12)
+    assert scores[1] == pytest.approx(scores[0] + w["proto=tcp"], rel=1e-12)
