@@ -215,8 +215,9 @@ def _add_predict(sub) -> None:
                        "model of columns one-hot encoded at ingest (--categorical COL: features COL=value) takes "
                        "the raw column COL, encoded as ingest did (a value the model never saw sets none of its "
                        "features; a warning counts such rows). A CSV without a header line has the columns col0, "
-                       "col1, ... as ingest names them. Sparse input -- an svmlight/LIBSVM file or a Parquet dataset in the sparse layout -- is "
-                       "scored as CSR rows (feature j is svmlight index j+1; the label is copied).",
+                       "col1, ... as ingest names them. Sparse input -- an svmlight/LIBSVM file or a Parquet "
+                       "dataset in the sparse layout -- is scored as CSR rows (feature j is svmlight index j+1; the "
+                       "label is copied).",
                        epilog=_examples("nsdist predict runs/letter-pauc runs/letter/data scores.parquet",
                                         "nsdist predict runs/x/model new.csv scores.csv --keep id"))
     p.add_argument("model", help="model directory (or a run directory holding model/)")

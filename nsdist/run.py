@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import time
+import warnings
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
@@ -509,25 +510,18 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
                       | {"score": pa.array([], pa.float64()), "prediction": pa.array([], pa.int8())})]
     unseen: dict[str, list] = {}
     for batch in data.to_batches(columns=copied + [c for c in names if c not in copied]):
-        X = np.zeros((batch.num_rows, len(features)))
-        for name in (f for f in features if f not in encoded):
-            X[:, position[name]] = batch.column(name).to_numpy(zero_copy_only=False)
-        for column, values in onehot.items():
-            codes, new = _one_hot_codes(batch.column(column), list(values.values()))
-            seen = np.flatnonzero(codes >= 0)
-            X[seen, np.asarray([position[f] for f in values])[codes[seen]]] = 1
-            if new:
-                count, example = unseen.get(column, [0, new[1]])
-                unseen[column] = [count + new[0], example]
+        X = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
+                             for c in features if c not in encoded] or [np.zeros((batch.num_rows, 0))])
+        if onehot:          # CSR: a column of many categories is never densified
+            X = _with_one_hot(X, batch, onehot, [position[f] for f in features if f not in encoded],
+                              position, len(features), unseen)
         scores = model.decision_function(X) if batch.num_rows else np.zeros(0)
         parts.append(pa.table({**{c: batch.column(c) for c in copied}, "score": scores,
                                "prediction": np.where(scores > threshold, 1, -1).astype(np.int8)}))
     for column, (count, example) in unseen.items():
-        import warnings
-
-        warnings.warn(f"{src}: {count} row{'s' if count != 1 else ''} hold a value of {column!r} the model was not "
-                      f"trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} features are 0",
-                      stacklevel=2)
+        warnings.warn(f"{src}: {count} row{'s hold' if count != 1 else ' holds'} a value of {column!r} the model "
+                      f"was not trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} "
+                      "features are 0", stacklevel=2)
     table = pa.concat_tables(parts)
     atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
     return table.num_rows
@@ -545,6 +539,27 @@ def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[st
                 out.setdefault(f[:k], {})[f] = f[k + 1:]
                 break
     return out
+
+
+def _with_one_hot(X: np.ndarray, batch, onehot: dict[str, dict[str, str]], numeric: list[int],
+                  position: dict[str, int], d: int, unseen: dict[str, list]):
+    """The batch's rows as a CSR matrix of the model's ``d`` features: the numeric columns ``X`` at the positions
+    ``numeric``, and a 1 for each row's category of each one-hot column (``unseen``: per column, the rows whose
+    value the model never saw, and the first such value)."""
+    import scipy.sparse as sp
+
+    n = X.shape[0]
+    rows, cols, vals = [np.repeat(np.arange(n), len(numeric))], [np.tile(numeric, n)], [X.ravel()]
+    for column, values in onehot.items():
+        codes, new = _one_hot_codes(batch.column(column), list(values.values()))
+        seen = np.flatnonzero(codes >= 0)
+        rows.append(seen)
+        cols.append(np.asarray([position[f] for f in values], dtype=np.int64)[codes[seen]])
+        vals.append(np.ones(seen.size))
+        if new:
+            count, example = unseen.get(column, [0, new[1]])
+            unseen[column] = [count + new[0], example]
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, d))
 
 
 def _one_hot_codes(column, values: list[str]) -> tuple[np.ndarray, tuple[int, str] | None]:

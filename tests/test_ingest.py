@@ -394,7 +394,7 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     # a category the model never saw: its one-hot features 0
     new = tmp_path / "new.csv"
     new.write_text("a,proto,b,service,label\n1.5,sctp,2,http,0\n1.5,tcp,2,http,0\n")
-    with pytest.warns(UserWarning, match=re.escape("1 row hold a value of 'proto' the model was not trained on "
+    with pytest.warns(UserWarning, match=re.escape("1 row holds a value of 'proto' the model was not trained on "
                                                    "(e.g. 'sctp'): its proto features are 0")):
         predict_file(model, str(new), str(tmp_path / "new.parquet"))
     w = dict(zip(model.feature_names, model.coef))
