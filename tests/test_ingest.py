@@ -265,7 +265,7 @@ def test_bad_input_in_several_blocks_names_the_first_bad_line(tmp_path, dask_cli
     lines = ["a,b,label"] + [f"{i},{'x' if i in (2, 8, 12) else i},{i % 2}" for i in range(1, 15)]
     src.write_text("\n".join(lines) + "\n")
     for run in range(5):
-        with pytest.raises(ValueError, match=re.escape(f"bad.csv: line 3, column 'b': value 'x' is not a number")):
+        with pytest.raises(ValueError, match=re.escape("bad.csv: line 3, column 'b': value 'x' is not a number")):
             ingest(src, tmp_path / f"out{run}", chunk_rows=2, client=dask_client)
 
 
