@@ -230,6 +230,9 @@ def _add_predict(sub) -> None:
                    help="copy this column (an id ...) to the output; not a feature (repeatable)")
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="predict +1 where the score is above T (default 0)")
+    p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
+                   help="INPUT's format (default: from its name, as ingest tells it: .csv is CSV, a name without "
+                   "an extension svmlight, a directory Parquet)")
     _add_storage_options(p)
     p.set_defaults(run=_cmd_predict)
 
@@ -418,7 +421,7 @@ def _cmd_predict(args) -> int:
     storage = _storage(args) or None
     model = load_model(model_dir(args.model, storage), storage)
     n = predict_file(model, args.input, args.output, label_column=args.label_column, keep=args.keep,
-                     threshold=args.threshold, storage_options=storage)
+                     threshold=args.threshold, storage_options=storage, format=args.format)
     print(f"{plural(n, 'row')} scored; written to {args.output}")
     return 0
 

@@ -424,14 +424,16 @@ _OUTPUT_COLUMNS = ("score", "prediction")
 
 
 def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = "label",
-                 keep: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None) -> int:
+                 keep: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None,
+                 format: str | None = None) -> int:
     """Score every row of a Parquet or CSV input and write ``score`` and ``prediction`` to ``dst``.
 
     Sparse inputs -- an svmlight/LIBSVM file or a Parquet dataset in the sparse
     layout -- are scored as CSR rows by :func:`nsdist.data.scoring.score_sparse`
     (the label, and ``keep`` columns of a Parquet input, are copied).
 
-    ``storage_options``: fsspec options for ``src`` and ``dst``.
+    ``storage_options``: fsspec options for ``src`` and ``dst``.  ``format``: ``"svmlight"``, ``"csv"`` or
+    ``"parquet"``; None: told from the name, as ingest tells it.
 
     The input's columns must be the model's features plus the label column
     (optional) and the ``keep`` columns, which are copied to the output.  A
@@ -464,12 +466,14 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
             raise FileNotFoundError(2, "No such file or directory", src)
     from .data.scoring import score_sparse, sparse_input_format
 
-    if sparse_input_format(src, storage_options):   # svmlight text or a sparse Parquet dataset: CSR rows
+    if format not in (None, "svmlight", "csv", "parquet"):
+        raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
+    if sparse_input_format(src, storage_options, format=format):   # svmlight text or a sparse Parquet dataset
         table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold,
-                             storage_options=storage_options)
+                             storage_options=storage_options, format=format)
         atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
         return table.num_rows
-    fmt = _table_format(src)
+    fmt = format or _table_format(src)
     if fmt == "csv":
         from .data.readers import CsvLayout
 

@@ -397,6 +397,16 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     with pytest.warns(UserWarning, match=re.escape("1 row holds a value of 'proto' the model was not trained on "
                                                    "(e.g. 'sctp'): its proto features are 0")):
         predict_file(model, str(new), str(tmp_path / "new.parquet"))
+    # a CSV whose name does not say so (LIBSVM's convention: no extension is svmlight): told, or given format=
+    unnamed = tmp_path / "unnamed"
+    unnamed.write_text(raw.read_text())
+    hint = "line 1: comma-separated fields and no index:value pair: not svmlight. A CSV file whose name does not "
+    for call in (lambda: predict_file(model, str(unnamed), str(tmp_path / "u.parquet")),
+                 lambda: ingest(unnamed, tmp_path / "u", client=dask_client)):
+        with pytest.raises(ValueError, match=re.escape(hint + "say so? Name it .csv, or pass format='csv'")):
+            call()
+    predict_file(model, str(unnamed), str(tmp_path / "u.parquet"), format="csv")
+    np.testing.assert_allclose(pd.read_parquet(tmp_path / "u.parquet")["score"], expected, rtol=1e-12, atol=1e-12)
     w = dict(zip(model.feature_names, model.coef))
     scores = pd.read_parquet(tmp_path / "new.parquet")["score"]
     assert scores[0] == pytest.approx(1.5 * w["a"] + 2 * w["b"] + w["service=http"] + 0.25, rel=1e-12)

@@ -232,6 +232,10 @@ def parse_svmlight(block: TextBlock, rule: LabelRule | None = None, *,
         tokens = block.decoded(k).split("#", 1)[0].split()
         if not tokens:
             continue
+        if not labels and "," in tokens[0] and ":" not in block.decoded(k):
+            raise ValueError(f"{block.source}: line {block.first_line + k}: comma-separated fields and no "
+                             "index:value pair: not svmlight. A CSV file whose name does not say so? Name it "
+                             ".csv, or pass format='csv'")
         labels.append(tokens[0])
         lines.append(block.first_line + k)
         for token in tokens[1:]:

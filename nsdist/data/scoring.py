@@ -57,10 +57,14 @@ def is_svmlight(src: str, storage_options: Mapping[str, Any] | None = None) -> b
     return _text_format(src, storage_options)[0] == "svmlight"
 
 
-def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
+def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None, *,
+                        format: str | None = None) -> str | None:
     """``"svmlight"`` or ``"sparse-parquet"`` if ``src`` is such an input, else ``None``
-    (CSV, a dense Parquet dataset, or a name that does not tell)."""
+    (CSV, a dense Parquet dataset, or a name that does not tell).  ``format``: the input's format as the user
+    gave it (``"svmlight"``, ``"csv"``, ``"parquet"``), instead of the one its name tells."""
     fmt, name = _text_format(src, storage_options)
+    if format is not None:
+        fmt = format
     if fmt in ("svmlight", "csv", None):
         return "svmlight" if fmt == "svmlight" else None
     if fmt == "parquet" or name.endswith((".parquet", ".parq", ".pq")):
@@ -74,7 +78,7 @@ def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = No
 
 def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
                 storage_options: Mapping[str, Any] | None = None,
-                chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None
+                chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None, format: str | None = None
                 ) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
     """Stream a sparse input as ``(copied columns, X)`` chunks, ``X`` CSR of ``n_features`` columns.
 
@@ -88,7 +92,7 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
         ``n_features``, a ``keep`` column is missing (svmlight has none), or a row is
         malformed (naming the file and line, or the partition and row).
     """
-    fmt = sparse_input_format(src, storage_options)
+    fmt = sparse_input_format(src, storage_options, format=format)
     if fmt is None:
         raise ValueError(f"{src} is neither an svmlight file nor a sparse Parquet dataset")
     if fmt == "svmlight":
@@ -121,11 +125,13 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
 
 
 def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
-                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None) -> pa.Table:
-    """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row."""
+                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                 format: str | None = None) -> pa.Table:
+    """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row
+    (``format``: as :func:`sparse_input_format`)."""
     parts = []
     for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep,
-                                 storage_options=storage_options):
+                                 storage_options=storage_options, format=format):
         scores = model.decision_function(X) if X.shape[0] else np.zeros(0)
         parts.append(copied.append_column("score", pa.array(scores, pa.float64()))
                      .append_column("prediction", pa.array(np.where(scores > threshold, 1, -1).astype(np.int8))))
