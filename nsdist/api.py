@@ -30,8 +30,8 @@ from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
                              plan_holdout, sample_partitions)
 from .engine.reservoir import sample_reservoir, scaled_reservoir
-from .data.scoring import is_svmlight
-from .engine.scores import evaluate_sparse_input
+from .data.scoring import is_svmlight, is_table_file
+from .engine.scores import evaluate_sparse_input, evaluate_table_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
 from .solvers.kernel import SGDState
@@ -602,7 +602,10 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
              positive=None) -> dict:
     """Every measure of docs/measures.md of ``model`` on ``dataset``, exact and out of core.
 
-    ``positive``: the label value(s) of the positive class, as in :func:`train`.
+    ``dataset``: a Parquet dataset (streamed through the cluster), or an svmlight file or a CSV file of raw
+    rows (``.csv``, optionally compressed), scored in this process (a CSV's columns as ``nsdist predict``
+    reads them, docs/engine.md §Evaluation).  ``positive``: the label value(s) of the positive class, as in
+    :func:`train`.
 
     Returns a dict with ``auc``, ``partial_auc`` (at the model's ``beta``, else
     0.1), ``precision_at_k`` (at the model's ``k``, else the positive rate),
@@ -615,6 +618,9 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     if isinstance(dataset, str) and is_svmlight(dataset, storage_options):    # (a Parquet dataset opened once)
         return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
                                      label_column=label_column, storage_options=storage_options, positive=positive)
+    if isinstance(dataset, str) and is_table_file(dataset, storage_options):  # raw CSV rows: scored here
+        return evaluate_table_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
+                                    label_column=label_column, storage_options=storage_options, positive=positive)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")

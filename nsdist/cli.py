@@ -186,15 +186,19 @@ def _add_train(sub) -> None:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="every measure of a model on a Parquet dataset or an svmlight file",
+    p = sub.add_parser("evaluate", help="every measure of a model on a Parquet dataset, an svmlight or a CSV file",
                        description="Compute pAUC, AUC, Prec@k, PRBEP and F1 of a model on a Parquet dataset, "
-                       "exactly and out of core, or on an svmlight/LIBSVM file (scored in this process, chunk by "
-                       "chunk); print them and write them as JSON. The dataset's features must match the model's.",
+                       "exactly and out of core, or on an svmlight/LIBSVM file or a CSV file of raw rows (scored "
+                       "in this process, chunk by chunk; a CSV's columns as nsdist predict reads them: columns "
+                       "one-hot encoded at ingest are encoded as ingest did); print them and write them as JSON. "
+                       "The dataset's features must match the model's.",
                        epilog=_examples("nsdist evaluate runs/letter-pauc/model runs/letter/data",
                                         "nsdist evaluate runs/letter-pauc runs/letter/data --out eval.json",
-                                        "nsdist evaluate runs/a9a a9a.t.xz"))
+                                        "nsdist evaluate runs/a9a a9a.t.xz",
+                                        "nsdist evaluate runs/kdd test.csv.gz --label-column col41 --positive "
+                                        "guess_passwd."))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
-    p.add_argument("dataset", help="Parquet dataset URL, or an svmlight file (.gz/.bz2/.xz ok)")
+    p.add_argument("dataset", help="Parquet dataset URL, an svmlight file or a .csv file (.gz/.bz2/.xz ok)")
     p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
     p.add_argument("--positive", action="append", metavar="VALUE",
                    help="a label value of the positive class as stored (class names: --positive fraud; "
@@ -391,15 +395,15 @@ def _cmd_evaluate(args) -> int:
     from .data.fs import atomic_write_bytes
     from .model import load_model
     from .report import RunDir, measures_table, to_json
-    from .data.scoring import is_svmlight
+    from .data.scoring import is_svmlight, is_table_file
     from .run import announce, model_dir as find_model
 
     storage = _storage(args) or None
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
     how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
-    if is_svmlight(args.dataset, storage):     # scored here, chunk by chunk: no cluster
-        result = api.evaluate(model, args.dataset, **how)
+    if is_svmlight(args.dataset, storage) or is_table_file(args.dataset, storage):  # scored here: no cluster
+        result = api.evaluate(model, args.dataset, label_column=args.label_column, **how)
     else:
         dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
                                    storage_options=storage, positive=args.positive)

@@ -12,7 +12,6 @@ import io
 import logging
 import os
 import time
-import warnings
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
@@ -420,8 +419,6 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
 
 
 # ------------------------------------------------------------- predict I/O
-_OUTPUT_COLUMNS = ("score", "prediction")
-
 
 def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = "label",
                  keep: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None,
@@ -454,131 +451,21 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
         difference), a feature column is not numeric, or a ``keep`` column is
         missing.
     """
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.dataset as pads
-
     from .data.fs import access
+    from .data.scoring import score_sparse, score_table, sparse_input_format
 
     fs, path = resolve(src, storage_options)
     with access(fs, path, "read"):
         if not fs.exists(path):
             raise FileNotFoundError(2, "No such file or directory", src)
-    from .data.scoring import score_sparse, sparse_input_format
-
-    if format not in (None, "svmlight", "csv", "parquet"):
-        raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
     if sparse_input_format(src, storage_options, format=format):   # svmlight text or a sparse Parquet dataset
         table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold,
                              storage_options=storage_options, format=format)
-        atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
-        return table.num_rows
-    fmt = format or _table_format(src)
-    if fmt == "csv":
-        from .data.readers import CsvLayout
-
-        layout = CsvLayout.detect(fs, path, label_column=0)         # the names, header or not
-        names = list(layout.names)
     else:
-        names = pads.dataset(path, filesystem=fs, format=fmt).schema.names
-    absent = [c for c in keep if c not in names]
-    if absent:
-        raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
-                         f"(columns: {', '.join(names)})")
-    copied = [c for c in names if c == label_column or c in keep]
-    clash = [c for c in _OUTPUT_COLUMNS if c in copied]
-    if clash:
-        raise ValueError(f"{src} has a column {clash[0]!r}, which the output uses for the model's {clash[0]}s")
-    features = list(model.feature_names)
-    onehot = _one_hot_columns(features, [c for c in names if c not in copied])
-    encoded = {f for c in onehot for f in onehot[c]}
-    # the other columns must be the model's other features (a model of those alone checks them)
-    checker = model if not onehot else LinearModel(np.zeros(len(features) - len(encoded)), 0.0, model.measure,
-                                                   feature_names=[f for f in features if f not in encoded])
-    try:
-        checker.check_features([c for c in names if c not in copied and c not in onehot], where=f"input {src}")
-    except ValueError as exc:
-        raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep)") from None
-    if fmt == "csv":
-        data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
-            read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
-            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
-    else:
-        data = pads.dataset(path, filesystem=fs, format=fmt)
-    position = {f: j for j, f in enumerate(features)}
-    for name in (f for f in features if f not in encoded):
-        kind = data.schema.field(name).type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-            raise ValueError(f"column {name!r} of {src} is {kind}, not numeric")
-    parts = [pa.table({c: pa.array([], data.schema.field(c).type) for c in copied}
-                      | {"score": pa.array([], pa.float64()), "prediction": pa.array([], pa.int8())})]
-    unseen: dict[str, list] = {}
-    for batch in data.to_batches(columns=copied + [c for c in names if c not in copied]):
-        X = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
-                             for c in features if c not in encoded] or [np.zeros((batch.num_rows, 0))])
-        if onehot:          # CSR: a column of many categories is never densified
-            X = _with_one_hot(X, batch, onehot, [position[f] for f in features if f not in encoded],
-                              position, len(features), unseen)
-        scores = model.decision_function(X) if batch.num_rows else np.zeros(0)
-        parts.append(pa.table({**{c: batch.column(c) for c in copied}, "score": scores,
-                               "prediction": np.where(scores > threshold, 1, -1).astype(np.int8)}))
-    for column, (count, example) in unseen.items():
-        warnings.warn(f"{src}: {count} row{'s hold' if count != 1 else ' holds'} a value of {column!r} the model "
-                      f"was not trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} "
-                      "features are 0", stacklevel=2)
-    table = pa.concat_tables(parts)
+        table = score_table(model, src, label_column=label_column, keep=keep, threshold=threshold,
+                            storage_options=storage_options, format=format)
     atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
     return table.num_rows
-
-
-def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``{column: {feature: value}}`` for the model's one-hot features ``column=value`` (as ingest names them)
-    whose ``column`` is an input column and which are not input columns themselves."""
-    present, out = set(columns), {}
-    for f in features:
-        if f in present:
-            continue
-        for k in (k for k, ch in enumerate(f) if ch == "="):
-            if f[:k] in present:
-                out.setdefault(f[:k], {})[f] = f[k + 1:]
-                break
-    return out
-
-
-def _with_one_hot(X: np.ndarray, batch, onehot: dict[str, dict[str, str]], numeric: list[int],
-                  position: dict[str, int], d: int, unseen: dict[str, list]):
-    """The batch's rows as a CSR matrix of the model's ``d`` features: the numeric columns ``X`` at the positions
-    ``numeric``, and a 1 for each row's category of each one-hot column (``unseen``: per column, the rows whose
-    value the model never saw, and the first such value)."""
-    import scipy.sparse as sp
-
-    n = X.shape[0]
-    rows, cols, vals = [np.repeat(np.arange(n), len(numeric))], [np.tile(numeric, n)], [X.ravel()]
-    for column, values in onehot.items():
-        codes, new = _one_hot_codes(batch.column(column), list(values.values()))
-        seen = np.flatnonzero(codes >= 0)
-        rows.append(seen)
-        cols.append(np.asarray([position[f] for f in values], dtype=np.int64)[codes[seen]])
-        vals.append(np.ones(seen.size))
-        if new:
-            count, example = unseen.get(column, [0, new[1]])
-            unseen[column] = [count + new[0], example]
-    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, d))
-
-
-def _one_hot_codes(column, values: list[str]) -> tuple[np.ndarray, tuple[int, str] | None]:
-    """Each row's position in ``values`` (-1: none) of its text, cleaned as ingest cleans it; and
-    ``(rows with a value not in values, the first such value)``, or None."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from .data.labels import clean_strings
-
-    text = clean_strings(pc.cast(column, pa.string()))
-    codes = pc.index_in(text, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False)
-    codes = np.where(np.isnan(codes), -1, codes).astype(np.int64)
-    missing = np.flatnonzero(codes < 0)
-    return codes, ((int(missing.size), text[int(missing[0])].as_py()) if missing.size else None)
 
 
 def _table_format(url: str) -> str:

@@ -382,6 +382,11 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     got = pd.read_parquet(tmp_path / "raw.parquet")
     np.testing.assert_allclose(got["score"], expected, rtol=1e-12, atol=1e-12)
     assert list(got.columns) == ["label", "score", "prediction"] and list(got["label"]) == list(label)
+    # evaluate on the raw rows: the measures of the ingested dataset, streamed through the cluster
+    from nsdist.api import evaluate
+    on_raw, on_ingested = evaluate(model, str(raw)), evaluate(model, ds.url, client=dask_client)
+    assert on_raw["n_rows"] == n and on_raw["n_positives"] == int(label.sum())
+    assert on_raw == pytest.approx(on_ingested, rel=1e-12)
     # no header line: the columns are col0, col1, ... as ingest names them
     bare = tmp_path / "bare.csv"
     bare.write_text("\n".join(lines) + "\n")

@@ -1,4 +1,6 @@
-"""Scoring sparse inputs (``nsdist predict``): svmlight files and sparse Parquet datasets.
+"""Scoring inputs without ingesting them (``nsdist predict``, ``nsdist evaluate``).
+
+**Sparse inputs**: svmlight files and sparse Parquet datasets.
 
 A wide model is never given one column per feature: its rows come as an
 svmlight/LIBSVM text file (plain, ``.gz``, ``.bz2``, ``.xz``) or as a Parquet
@@ -13,11 +15,21 @@ ingest writes it; a model trained on an svmlight file's ingested dataset scores
 that file); an index above the model's dimension is an error naming the line.
 The output copies the label as ``label`` (+1/-1; label > 0 is positive).
 Sparse Parquet: the label column and ``keep`` columns are copied.
+
+**Tables**: a CSV file or a dense Parquet file/dataset whose columns are the
+model's features (:func:`table_rows`, :func:`score_table`).  A model of columns
+one-hot encoded at ingest (``categorical=``: the features ``COL=value``) takes
+the raw column ``COL``, encoded as ingest encoded it (its values stripped of
+spaces and quotes as ingest strips them); a value the model never saw sets none
+of its features, and a warning counts such rows.  A CSV file's header line is
+detected as ingest detects it; without one its columns are ``col0, col1, ...``.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +43,8 @@ from nsdist.data.sources import infer_format
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["is_svmlight", "sparse_input_format", "sparse_rows", "score_sparse"]
+__all__ = ["is_svmlight", "is_table_file", "sparse_input_format", "sparse_rows", "score_sparse", "table_rows",
+           "score_table"]
 
 _OUTPUT_COLUMNS = ("score", "prediction")
 
@@ -55,6 +68,11 @@ def _text_format(src: str, storage_options: Mapping[str, Any] | None) -> tuple[s
 def is_svmlight(src: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     """``src`` is an svmlight/LIBSVM file (by its name; no Parquet footer is read)."""
     return _text_format(src, storage_options)[0] == "svmlight"
+
+
+def is_table_file(src: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """``src`` is a CSV file (by its name: ``.csv``, optionally compressed)."""
+    return _text_format(src, storage_options)[0] == "csv"
 
 
 def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None, *,
@@ -139,3 +157,138 @@ def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence
         return pa.table({label_column: pa.array([], pa.int8()), "score": pa.array([], pa.float64()),
                          "prediction": pa.array([], pa.int8())})
     return pa.concat_tables(parts)
+
+
+def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
+               storage_options: Mapping[str, Any] | None = None, format: str | None = None
+               ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """Stream a CSV or dense Parquet input as ``(copied columns, scores)`` batches (module doc).
+
+    ``model``: anything with ``feature_names``, ``measure`` and ``decision_function``
+    (a :class:`~nsdist.model.LinearModel`).  ``format``: ``"csv"`` or ``"parquet"``
+    (None: ``.csv`` names are CSV, others Parquet).  The label column (when present)
+    and the ``keep`` columns are copied as they are.
+
+    Raises
+    ------
+    ValueError
+        If the input's feature columns differ from the model's (naming the difference), a
+        feature column is not numeric, or a ``keep`` column is missing.
+    """
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as pads
+
+    from nsdist.model import LinearModel
+
+    fs, path = resolve(src, storage_options)
+    fmt = format or ("csv" if _text_format(src, storage_options)[0] == "csv" else "parquet")
+    if fmt == "csv":
+        from nsdist.data.readers import CsvLayout
+
+        layout = CsvLayout.detect(fs, path, label_column=0)         # the names, header line or not
+        names = list(layout.names)
+    else:
+        names = pads.dataset(path, filesystem=fs, format=fmt).schema.names
+    absent = [c for c in keep if c not in names]
+    if absent:
+        raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
+                         f"(columns: {', '.join(names)})")
+    copied = [c for c in names if c == label_column or c in keep]
+    clash = [c for c in _OUTPUT_COLUMNS if c in copied]
+    if clash:
+        raise ValueError(f"{src} has a column {clash[0]!r}, which the output uses for the model's {clash[0]}s")
+    features = list(model.feature_names)
+    onehot = _one_hot_columns(features, [c for c in names if c not in copied])
+    encoded = {f for c in onehot for f in onehot[c]}
+    plain = [f for f in features if f not in encoded]
+    # the other columns must be the model's other features (a model of those alone checks them)
+    checker = model if not onehot else LinearModel(np.zeros(len(plain)), 0.0, model.measure, feature_names=plain)
+    try:
+        checker.check_features([c for c in names if c not in copied and c not in onehot], where=f"input {src}")
+    except ValueError as exc:
+        raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep)") from None
+    if fmt == "csv":
+        data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
+    else:
+        data = pads.dataset(path, filesystem=fs, format=fmt)
+    for name in plain:
+        kind = data.schema.field(name).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+            raise ValueError(f"column {name!r} of {src} is {kind}, not numeric")
+    position = {f: j for j, f in enumerate(features)}
+    unseen: dict[str, list] = {}
+    yield pa.table({c: pa.array([], data.schema.field(c).type) for c in copied}), np.zeros(0)
+    for batch in data.to_batches(columns=copied + [c for c in names if c not in copied]):
+        X = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in plain]
+                            or [np.zeros((batch.num_rows, 0))])
+        if onehot:          # CSR: a column of many categories is never densified
+            X = _with_one_hot(X, batch, onehot, [position[f] for f in plain], position, len(features), unseen)
+        scores = model.decision_function(X) if batch.num_rows else np.zeros(0)
+        yield pa.table({c: batch.column(c) for c in copied}), scores
+    for column, (count, example) in unseen.items():
+        warnings.warn(f"{src}: {count} row{'s hold' if count != 1 else ' holds'} a value of {column!r} the model "
+                      f"was not trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} "
+                      "features are 0", stacklevel=3)
+
+
+def score_table(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
+                threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                format: str | None = None) -> pa.Table:
+    """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row of a CSV or
+    dense Parquet input (:func:`table_rows`)."""
+    return pa.concat_tables([
+        copied.append_column("score", pa.array(scores, pa.float64()))
+        .append_column("prediction", pa.array(np.where(scores > threshold, 1, -1).astype(np.int8)))
+        for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
+                                         storage_options=storage_options, format=format)])
+
+
+def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``{column: {feature: value}}`` for the model's one-hot features ``column=value`` (as ingest names them)
+    whose ``column`` is an input column and which are not input columns themselves."""
+    present, out = set(columns), {}
+    for f in features:
+        if f in present:
+            continue
+        for k in (k for k, ch in enumerate(f) if ch == "="):
+            if f[:k] in present:
+                out.setdefault(f[:k], {})[f] = f[k + 1:]
+                break
+    return out
+
+
+def _with_one_hot(X: np.ndarray, batch: pa.RecordBatch, onehot: dict[str, dict[str, str]], numeric: list[int],
+                  position: dict[str, int], d: int, unseen: dict[str, list]):
+    """The batch's rows as a CSR matrix of the model's ``d`` features: the numeric columns ``X`` at the positions
+    ``numeric``, and a 1 for each row's category of each one-hot column (``unseen``: per column, the rows whose
+    value the model never saw, and the first such value)."""
+    import scipy.sparse as sp
+
+    n = X.shape[0]
+    rows, cols, vals = [np.repeat(np.arange(n), len(numeric))], [np.tile(numeric, n)], [X.ravel()]
+    for column, values in onehot.items():
+        codes, new = _one_hot_codes(batch.column(column), list(values.values()))
+        seen = np.flatnonzero(codes >= 0)
+        rows.append(seen)
+        cols.append(np.asarray([position[f] for f in values], dtype=np.int64)[codes[seen]])
+        vals.append(np.ones(seen.size))
+        if new:
+            count, example = unseen.get(column, [0, new[1]])
+            unseen[column] = [count + new[0], example]
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, d))
+
+
+def _one_hot_codes(column: pa.Array, values: list[str]) -> tuple[np.ndarray, tuple[int, str] | None]:
+    """Each row's position in ``values`` (-1: none) of its text, cleaned as ingest cleans it; and
+    ``(rows with a value not in values, the first such value)``, or None."""
+    import pyarrow.compute as pc
+
+    from nsdist.data.labels import clean_strings
+
+    text = clean_strings(pc.cast(column, pa.string()))
+    codes = pc.index_in(text, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False)
+    codes = np.where(np.isnan(codes), -1, codes).astype(np.int64)
+    missing = np.flatnonzero(codes < 0)
+    return codes, ((int(missing.size), text[int(missing[0])].as_py()) if missing.size else None)

@@ -19,9 +19,9 @@ import numpy as np
 
 from ..solvers.measure import all_measures
 from .._validation import check_beta, resolve_k
-from ..data.scoring import sparse_rows
+from ..data.scoring import sparse_rows, table_rows
 
-__all__ = ["evaluate_scores", "evaluate_sparse_input"]
+__all__ = ["evaluate_scores", "evaluate_sparse_input", "evaluate_table_input"]
 
 
 def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int | float | None = None,
@@ -58,3 +58,29 @@ def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float 
     y = np.concatenate(ys) if ys else np.zeros(0, np.int8)
     s = np.concatenate(ss) if ss else np.zeros(0)
     return evaluate_scores(y, s, beta=beta, k=k, threshold=threshold, where=src)
+
+
+def evaluate_table_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
+                         threshold: float = 0.0, label_column: str = "label",
+                         storage_options: Mapping[str, Any] | None = None, positive=None,
+                         format: str | None = None) -> dict:
+    """Every measure of ``model`` on a CSV file (or a dense Parquet input) of raw rows, scored in this process
+    (:func:`nsdist.data.scoring.table_rows`: one-hot columns encoded as ingest encoded them); its labels read as
+    ingest reads them (``positive``: the positive label value(s), else 1/-1, 1/0 or true/false)."""
+    import pyarrow as pa
+
+    from ..data.labels import LabelRule, clean_strings
+
+    rule = LabelRule.create(positive)
+    ys, ss, rows = [], [], 0
+    for copied, scores in table_rows(model, src, label_column=label_column, storage_options=storage_options,
+                                     format=format):
+        if label_column not in copied.column_names:
+            raise ValueError(f"{src} has no label column {label_column!r} to evaluate against (label_column=)")
+        labels = clean_strings(copied.column(label_column).combine_chunks().cast(pa.string()))
+        codes, _ = rule.classify(labels, lambda i, first=rows: f"{src}: row {first + i + 1}")
+        keep = codes != 0
+        ys.append(codes[keep])
+        ss.append(scores[keep])
+        rows += len(codes)
+    return evaluate_scores(np.concatenate(ys), np.concatenate(ss), beta=beta, k=k, threshold=threshold, where=src)
