@@ -109,7 +109,9 @@ def run_train(job: TrainJob, *, resume: bool = False, progress: bool = True) -> 
 def _datasets(spec: DatasetSpec, client, options: dict | None = None) -> tuple[Dataset, Dataset, str]:
     """The training data, the evaluation data and its role (``test``, ``holdout`` or ``training``).
 
-    ``options``: the storage options of the data (default ``spec.storage_options``).
+    ``options``: the storage options of the data (default ``spec.storage_options``).  A test set ingested
+    with one-hot columns (``test_ingest.categorical``) is encoded with the training set's categories, so that
+    it has the training set's features (a value the training set never had: all zeros).
     """
     from . import api
     from .data.fs import incomplete
@@ -120,8 +122,13 @@ def _datasets(spec: DatasetSpec, client, options: dict | None = None) -> tuple[D
             fs, path = resolve(url, options)
             redo = fs.exists(path) and incomplete(fs, path)   # an ingest that died: its files are replaced
             log.info("ingesting %s into %s%s", raw.src, url, " (replacing an unfinished ingest)" if redo else "")
+            how = raw.options()
+            if url == spec.test_url and raw.categorical:
+                how["categorical"] = api.open_dataset(spec.url, **spec.read_options(), storage_options=options
+                                                      ).metadata.get("categories") or how["categorical"]
+                log.info("one-hot columns of %s encoded with the categories of %s", url, spec.url)
             t0 = time.perf_counter()
-            api.ingest(raw.src, url, **raw.options(), storage_options=options, client=client, overwrite=redo)
+            api.ingest(raw.src, url, **how, storage_options=options, client=client, overwrite=redo)
             log.info("ingested %s in %.1f s", url, time.perf_counter() - t0)
     return _split(spec, options)
 

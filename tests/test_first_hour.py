@@ -9,6 +9,7 @@ Items 1, 5 and 12 are in ``test_retrain.py``, 6 and 7's examples in
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -163,6 +164,52 @@ def test_text_in_number_columns_names_the_ingest_options_that_encode_them(tmp_pa
     proc = nsdist("ingest", src, tmp_path / "d", *options, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "40 rows (10 positive), 6 features, 1 partition" in proc.stdout
+
+
+def test_a_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path, env):
+    """``--categories-of DATASET``: a test CSV's columns are one-hot encoded with the training set's categories
+    (its feature names are the training set's; a value the training set never had encodes as zeros)."""
+    train_csv, test_csv = tmp_path / "train.csv", tmp_path / "test.csv"
+    train_csv.write_text("a,proto,label\n" + "".join(f"{i},{('tcp', 'udp')[i % 2]},{int(i % 4 == 0)}\n"
+                                                      for i in range(20)))
+    test_csv.write_text("a,proto,label\n1,udp,1\n2,icmp,0\n3,tcp,0\n")
+    made = nsdist("ingest", train_csv, tmp_path / "train", "--categorical", "proto", env=env)
+    assert made.returncode == 0, made.stderr
+    proc = nsdist("ingest", test_csv, tmp_path / "test", "--categories-of", tmp_path / "train", "--no-shuffle",
+                  env=env)
+    assert proc.returncode == 0, proc.stderr
+    from nsdist.data import Dataset
+
+    train, test = Dataset.open(str(tmp_path / "train")), Dataset.open(str(tmp_path / "test"))
+    assert list(test.feature_names) == list(train.feature_names) == ["a", "proto=tcp", "proto=udp"]
+    X, _ = test.read_partition(0)
+    np.testing.assert_array_equal(X, [[1, 0, 1], [2, 0, 0], [3, 1, 0]])
+    line = one_line_error(nsdist("ingest", test_csv, tmp_path / "t2", "--categories-of", tmp_path / "train",
+                                 "--categorical", "proto", env=env), 1)
+    assert "--categories-of takes the columns to encode from its dataset: drop --categorical" in line
+
+
+def test_a_jobs_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path, env):
+    """A job that ingests its training and test files with ``categorical`` columns: the test set is encoded with
+    the training set's categories (the test file lacks one and has one more), so the model evaluates on it."""
+    rng = np.random.default_rng(1)
+    rows = lambda n, cats: "".join(f"{rng.normal():.3f},{cats[i % len(cats)]},{int(rng.random() < 0.3)}\n"
+                                   for i in range(n))
+    (tmp_path / "train.csv").write_text("a,proto,label\n" + rows(300, ("tcp", "udp", "icmp")))
+    (tmp_path / "test.csv").write_text("a,proto,label\n" + rows(100, ("tcp", "udp", "sctp")))
+    ingest = "{src: %s, categorical: [proto], rows_per_partition: 100}"
+    (tmp_path / "job.yaml").write_text(
+        f"dataset:\n  url: {tmp_path / 'train'}\n  test_url: {tmp_path / 'test'}\n"
+        f"  ingest: {ingest % (tmp_path / 'train.csv')}\n  test_ingest: {ingest % (tmp_path / 'test.csv')}\n"
+        f"measure: {{name: auc}}\nsolver: {{name: 1pmb, eta: 0.1, n_passes: 2}}\noutput: {{dir: {tmp_path / 'run'}}}\n")
+    proc = nsdist("train", tmp_path / "job.yaml", "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stderr
+    from nsdist.data import Dataset
+
+    train, test = Dataset.open(str(tmp_path / "train")), Dataset.open(str(tmp_path / "test"))
+    assert list(test.feature_names) == list(train.feature_names) == ["a", "proto=icmp", "proto=tcp", "proto=udp"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["evaluation"]["data"] == "test" and metrics["evaluation"]["n_rows"] == 100
 
 
 def test_counts_are_singular_when_one(tmp_path, env):
