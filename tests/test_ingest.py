@@ -382,6 +382,13 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     got = pd.read_parquet(tmp_path / "raw.parquet")
     np.testing.assert_allclose(got["score"], expected, rtol=1e-12, atol=1e-12)
     assert list(got.columns) == ["label", "score", "prediction"] and list(got["label"]) == list(label)
+    # the same raw rows as a Parquet file (strings in the one-hot columns)
+    frame = pd.DataFrame({"a": a, "proto": proto, "b": b, "service": [" " + v.strip('"') for v in service],
+                          "label": label})
+    frame.to_parquet(tmp_path / "raw.parquet")
+    predict_file(model, str(tmp_path / "raw.parquet"), str(tmp_path / "from_parquet.parquet"))
+    np.testing.assert_allclose(pd.read_parquet(tmp_path / "from_parquet.parquet")["score"], expected, rtol=1e-12,
+                               atol=1e-12)
     # evaluate on the raw rows: the measures of the ingested dataset, streamed through the cluster
     from nsdist.api import evaluate
     on_raw, on_ingested = evaluate(model, str(raw)), evaluate(model, ds.url, client=dask_client)
