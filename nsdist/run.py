@@ -123,9 +123,10 @@ def _datasets(spec: DatasetSpec, client, options: dict | None = None) -> tuple[D
             redo = fs.exists(path) and incomplete(fs, path)   # an ingest that died: its files are replaced
             log.info("ingesting %s into %s%s", raw.src, url, " (replacing an unfinished ingest)" if redo else "")
             how = raw.options()
-            if url == spec.test_url and raw.categorical:
-                how["categorical"] = api.open_dataset(spec.url, **spec.read_options(), storage_options=options
-                                                      ).metadata.get("categories") or how["categorical"]
+            trained = api.open_dataset(spec.url, **spec.read_options(), storage_options=options).metadata.get(
+                "categories") if url == spec.test_url and raw.categorical else None
+            if trained:
+                how["categorical"] = trained
                 log.info("one-hot columns of %s encoded with the categories of %s", url, spec.url)
             t0 = time.perf_counter()
             api.ingest(raw.src, url, **how, storage_options=options, client=client, overwrite=redo)
