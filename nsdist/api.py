@@ -599,13 +599,14 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",
              feature_columns=None, storage_options: dict | None = None, threshold: float = 0.0,
-             positive=None) -> dict:
+             positive=None, format: str | None = None) -> dict:
     """Every measure of docs/measures.md of ``model`` on ``dataset``, exact and out of core.
 
     ``dataset``: a Parquet dataset (streamed through the cluster), or an svmlight file or a CSV file of raw
     rows (``.csv``, optionally compressed), scored in this process (a CSV's columns as ``nsdist predict``
-    reads them, docs/engine.md §Evaluation).  ``positive``: the label value(s) of the positive class, as in
-    :func:`train`.
+    reads them, docs/engine.md §Evaluation).  ``format``: ``"svmlight"``, ``"csv"`` or ``"parquet"`` for a
+    name that does not tell it (None: from the name, as ingest tells it).  ``positive``: the label value(s) of
+    the positive class, as in :func:`train`.
 
     Returns a dict with ``auc``, ``partial_auc`` (at the model's ``beta``, else
     0.1), ``precision_at_k`` (at the model's ``k``, else the positive rate),
@@ -615,12 +616,17 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
         model = load_model(model, storage_options)
     beta = model.params.get("beta") if model.measure in ("pauc",) else None
     k = model.params.get("k") if model.measure == "prec@k" else None
-    if isinstance(dataset, str) and is_svmlight(dataset, storage_options):    # (a Parquet dataset opened once)
-        return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
-                                     label_column=label_column, storage_options=storage_options, positive=positive)
-    if isinstance(dataset, str) and is_table_file(dataset, storage_options):  # raw CSV rows: scored here
-        return evaluate_table_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
-                                    label_column=label_column, storage_options=storage_options, positive=positive)
+    if format not in (None, "svmlight", "csv", "parquet"):
+        raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
+    if isinstance(dataset, str) and format != "parquet":       # (a Parquet dataset is opened once, below)
+        if format == "svmlight" or (format is None and is_svmlight(dataset, storage_options)):
+            return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
+                                         label_column=label_column, storage_options=storage_options,
+                                         positive=positive, format=format)
+        if format == "csv" or is_table_file(dataset, storage_options):   # raw CSV rows: scored here
+            return evaluate_table_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
+                                        label_column=label_column, storage_options=storage_options,
+                                        positive=positive, format=format)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")

@@ -208,6 +208,9 @@ def _add_evaluate(sub) -> None:
                         "repeatable); every other label is negative (default: labels are 1/-1, 1/0 or true/false)")
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="score above which a row is labelled positive, for F1 (default 0)")
+    p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
+                   help="DATASET's format (default: from its name, as ingest tells it: .csv is CSV, a name "
+                   "without an extension svmlight, a directory Parquet)")
     p.add_argument("--out", metavar="FILE", help="JSON output (default: evaluation.json next to the model)")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     _add_storage_options(p)
@@ -420,8 +423,10 @@ def _cmd_evaluate(args) -> int:
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
     how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
-    if is_svmlight(args.dataset, storage) or is_table_file(args.dataset, storage):  # scored here: no cluster
-        result = api.evaluate(model, args.dataset, label_column=args.label_column, **how)
+    in_process = args.format in ("svmlight", "csv") or (
+        args.format is None and (is_svmlight(args.dataset, storage) or is_table_file(args.dataset, storage)))
+    if in_process:                             # scored here, chunk by chunk: no cluster
+        result = api.evaluate(model, args.dataset, label_column=args.label_column, format=args.format, **how)
     else:
         dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
                                    storage_options=storage, positive=args.positive)

@@ -414,9 +414,11 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     unnamed.write_text(raw.read_text())
     hint = "line 1: comma-separated fields and no index:value pair: not svmlight. A CSV file whose name does not "
     for call in (lambda: predict_file(model, str(unnamed), str(tmp_path / "u.parquet")),
-                 lambda: ingest(unnamed, tmp_path / "u", client=dask_client)):
+                 lambda: ingest(unnamed, tmp_path / "u", client=dask_client),
+                 lambda: evaluate(model, str(unnamed))):
         with pytest.raises(ValueError, match=re.escape(hint + "say so? Name it .csv, or pass format='csv'")):
             call()
+    assert evaluate(model, str(unnamed), format="csv") == on_raw
     predict_file(model, str(unnamed), str(tmp_path / "u.parquet"), format="csv")
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "u.parquet")["score"], expected, rtol=1e-12, atol=1e-12)
     w = dict(zip(model.feature_names, model.coef))

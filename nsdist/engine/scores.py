@@ -47,12 +47,14 @@ def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int |
 
 def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
                           threshold: float = 0.0, label_column: str = "label",
-                          storage_options: Mapping[str, Any] | None = None, positive=None) -> dict:
+                          storage_options: Mapping[str, Any] | None = None, positive=None,
+                          format: str | None = None) -> dict:
     """Every measure of ``model`` (a :class:`~nsdist.model.LinearModel`) on an svmlight file or a
-    sparse Parquet dataset, scored in this process as CSR (``positive``: :func:`nsdist.data.scoring.sparse_rows`)."""
+    sparse Parquet dataset, scored in this process as CSR (``positive``, ``format``:
+    :func:`nsdist.data.scoring.sparse_rows`)."""
     ys, ss = [], []
     for copied, X in sparse_rows(src, model.n_features, label_column=label_column,
-                                 storage_options=storage_options, positive=positive):
+                                 storage_options=storage_options, positive=positive, format=format):
         ys.append(copied.column(label_column).to_numpy())
         ss.append(model.decision_function(X) if X.shape[0] else np.zeros(0))
     y = np.concatenate(ys) if ys else np.zeros(0, np.int8)
