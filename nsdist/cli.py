@@ -320,7 +320,7 @@ def _cmd_ingest(args) -> int:
     from . import api
     from .engine.cluster import connect
     from .jobs import IngestSpec, validate
-    from .run import announce
+    from .run import announce, categories_of, check_ingest
 
     column = args.label_column
     spec = validate(IngestSpec, {
@@ -329,8 +329,8 @@ def _cmd_ingest(args) -> int:
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,
         "random_state": args.random_state, "dtype": args.dtype, "layout": args.layout}, "command line")
-    options = {**spec.options(), **_categories_of(args)}
-    _check_ingest(spec.src, options, args)          # everything is checked before a cluster starts
+    options = {**spec.options(), **categories_of(args.categories_of, args.categorical, _storage(args) or None)}
+    check_ingest(spec.src, options, args.dst, overwrite=args.overwrite, storage_options=_storage(args) or None)
     with connect(args.scheduler, processes=False, n_workers=1, threads_per_worker=min(4, os.cpu_count() or 1),
                  quiet=True) as client:  # like nsdist.ingest: in-process workers unless --scheduler
         announce(client)
@@ -339,33 +339,6 @@ def _cmd_ingest(args) -> int:
     print(f"{args.dst}: {plural(ds.num_rows, 'row')} ({ds.metadata.get('positives')} positive), "
           f"{plural(ds.n_features, 'feature')}, {plural(len(ds.partitions), 'partition')}")
     return 0
-
-
-def _categories_of(args) -> dict:
-    """``{"categorical": {column: categories}}`` of the dataset ``--categories-of`` names (its metadata), or {}."""
-    if not args.categories_of:
-        return {}
-    if args.categorical:
-        raise ValueError("--categories-of takes the columns to encode from its dataset: drop --categorical")
-    from .data import Dataset
-
-    categories = Dataset.open(args.categories_of, storage_options=_storage(args) or None).metadata.get("categories")
-    if not categories:
-        raise ValueError(f"--categories-of {args.categories_of}: that dataset has no one-hot encoded columns")
-    return {"categorical": categories}
-
-
-def _check_ingest(src: str, options: dict, args) -> None:
-    """What ``nsdist.ingest`` checks before it starts: the input, its options and the destination."""
-    from .data.fs import check_absent, resolve
-    from .data.sources import open_source
-
-    storage = _storage(args)
-    open_source(src, **{k: v for k, v in options.items()
-                        if k in ("format", "label_column", "positive", "negative", "categorical", "header",
-                                 "n_features")}, storage_options=storage or None)
-    fs, out = resolve(args.dst, storage or None)
-    check_absent(fs, out, overwrite=args.overwrite)
 
 
 def plural(n: int, noun: str) -> str:

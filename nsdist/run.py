@@ -142,14 +142,10 @@ def _open_datasets(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, 
     dataset, a bad label column, too few partitions to hold out) raises here,
     before a cluster starts or the run directory is touched.
     """
-    from .data.sources import open_source
-
     missing = False
     for url, raw in ((spec.url, spec.ingest), (spec.test_url, spec.test_ingest)):
         if raw is not None and not _exists(url, options):
-            keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features")
-            open_source(raw.src, **{k: v for k, v in raw.options().items() if k in keys},
-                        storage_options=options or None)
+            _check_source(raw.src, raw.options(), options or None)
             missing = True
     return None if missing else _split(spec, options)
 
@@ -424,6 +420,39 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
         log.info("no learning curve: the %s solver streams no partitions (output.curve_rows 0: nothing measured "
                  "while it trained)", model.params["solver"])
     return metrics
+
+
+# ------------------------------------------------------------- ingest options
+def categories_of(url: str | None, categorical, storage_options: dict | None = None) -> dict:
+    """``{"categorical": {column: categories}}`` of the dataset at ``url`` (its metadata: ``nsdist ingest
+    --categories-of``), or {} without ``url``."""
+    if not url:
+        return {}
+    if categorical:
+        raise ValueError("--categories-of takes the columns to encode from its dataset: drop --categorical")
+    from .data import Dataset
+
+    categories = Dataset.open(url, storage_options=storage_options).metadata.get("categories")
+    if not categories:
+        raise ValueError(f"--categories-of {url}: that dataset has no one-hot encoded columns")
+    return {"categorical": categories}
+
+
+def check_ingest(src: str, options: dict, dst: str, *, overwrite: bool, storage_options: dict | None) -> None:
+    """What ``nsdist.ingest`` checks before it starts: the input, its options and the destination."""
+    from .data.fs import check_absent
+
+    _check_source(src, options, storage_options)
+    fs, out = resolve(dst, storage_options)
+    check_absent(fs, out, overwrite=overwrite)
+
+
+def _check_source(src: str, options: dict, storage_options: dict | None) -> None:
+    """Open the raw input ``src`` with the reading options of ingest ``options`` (its format, columns, labels)."""
+    from .data.sources import open_source
+
+    keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features")
+    open_source(src, **{k: v for k, v in options.items() if k in keys}, storage_options=storage_options)
 
 
 # ------------------------------------------------------------- predict I/O
