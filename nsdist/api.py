@@ -30,7 +30,7 @@ from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
                              plan_holdout, sample_partitions)
 from .engine.reservoir import sample_reservoir, scaled_reservoir
-from .data.scoring import is_svmlight, is_table_file
+from .data.scoring import file_input_format
 from .engine.scores import evaluate_sparse_input, evaluate_table_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
@@ -618,15 +618,11 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     k = model.params.get("k") if model.measure == "prec@k" else None
     if format not in (None, "svmlight", "csv", "parquet"):
         raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
-    if isinstance(dataset, str) and format != "parquet":       # (a Parquet dataset is opened once, below)
-        if format == "svmlight" or (format is None and is_svmlight(dataset, storage_options)):
-            return evaluate_sparse_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
-                                         label_column=label_column, storage_options=storage_options,
-                                         positive=positive, format=format)
-        if format == "csv" or is_table_file(dataset, storage_options):   # raw CSV rows: scored here
-            return evaluate_table_input(model, dataset, beta=beta or 0.1, k=k, threshold=threshold,
-                                        label_column=label_column, storage_options=storage_options,
-                                        positive=positive, format=format)
+    kind = file_input_format(dataset, storage_options, format) if isinstance(dataset, str) else None
+    if kind is not None:        # a file scored here (a Parquet dataset is opened once, below)
+        score = evaluate_sparse_input if kind == "svmlight" else evaluate_table_input
+        return score(model, dataset, beta=beta or 0.1, k=k, threshold=threshold, label_column=label_column,
+                     storage_options=storage_options, positive=positive, format=format)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
                       storage_options=storage_options, positive=positive)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")

@@ -389,16 +389,14 @@ def _cmd_evaluate(args) -> int:
     from .data.fs import atomic_write_bytes
     from .model import load_model
     from .report import RunDir, measures_table, to_json
-    from .data.scoring import is_svmlight, is_table_file
+    from .data.scoring import file_input_format
     from .run import announce, model_dir as find_model
 
     storage = _storage(args) or None
     model_dir = find_model(args.model, storage)
     model = load_model(model_dir, storage)
     how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
-    in_process = args.format in ("svmlight", "csv") or (
-        args.format is None and (is_svmlight(args.dataset, storage) or is_table_file(args.dataset, storage)))
-    if in_process:                             # scored here, chunk by chunk: no cluster
+    if file_input_format(args.dataset, storage, args.format):     # scored here, chunk by chunk: no cluster
         result = api.evaluate(model, args.dataset, label_column=args.label_column, format=args.format, **how)
     else:
         dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts

@@ -35,7 +35,7 @@ from . import __version__
 from ._names import NameRange, names_from_json, names_to_json, same_names
 from .data.fs import access, atomic_write_bytes, resolve
 
-__all__ = ["LinearModel", "load_model", "FORMAT_VERSION"]
+__all__ = ["LinearModel", "load_model", "check_feature_names", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 
@@ -122,28 +122,7 @@ class LinearModel:
 
     def check_features(self, names: list[str], *, where: str = "the data") -> None:
         """Refuse data whose feature schema differs from the model's, naming the difference."""
-        if same_names(names, self.feature_names):
-            return
-        if isinstance(names, NameRange) or isinstance(self.feature_names, NameRange):
-            if len(names) != self.n_features:
-                raise ValueError(f"feature schema of {where} does not match the model: {len(names)} "
-                                 f"features where the model has {self.n_features}")
-            first = next(i for i, (a, b) in enumerate(zip(names, self.feature_names)) if a != b)
-            raise ValueError(f"feature names of {where} differ from the model's at position {first}: "
-                             f"{names[first]!r} where the model has {self.feature_names[first]!r}")
-        names = list(names)
-        missing = [n for n in self.feature_names if n not in names]
-        extra = [n for n in names if n not in self.feature_names]
-        if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {_few(missing)}")
-            if extra:
-                parts.append(f"unexpected {_few(extra)}")
-            raise ValueError(f"feature schema of {where} does not match the model: " + "; ".join(parts))
-        first = next(i for i, (a, b) in enumerate(zip(names, self.feature_names)) if a != b)
-        raise ValueError(f"feature order of {where} differs from the model's at position {first}: "
-                         f"{names[first]!r} where the model has {self.feature_names[first]!r}")
+        check_feature_names(names, self.feature_names, where=where)
 
     # ------------------------------------------------------------------ storage
     def metadata(self) -> dict[str, Any]:
@@ -289,6 +268,34 @@ def _check_sparse(X):
         r = int(np.searchsorted(X.indptr, t, side="right") - 1)
         raise ValueError(f"X[{r}, {X.indices[t]}] = {X.data[t]} is not finite (row {r}, feature {X.indices[t]})")
     return X
+
+
+def check_feature_names(names, expected, *, where: str = "the data") -> None:
+    """Refuse feature ``names`` that differ from a model's ``expected`` ones (a list or a
+    :class:`~nsdist._names.NameRange`), naming the difference: the missing and unexpected names, or the first
+    position where they differ."""
+    if same_names(names, expected):
+        return
+    if isinstance(names, NameRange) or isinstance(expected, NameRange):
+        if len(names) != len(expected):
+            raise ValueError(f"feature schema of {where} does not match the model: {len(names)} "
+                             f"features where the model has {len(expected)}")
+        first = next(i for i, (a, b) in enumerate(zip(names, expected)) if a != b)
+        raise ValueError(f"feature names of {where} differ from the model's at position {first}: "
+                         f"{names[first]!r} where the model has {expected[first]!r}")
+    names = list(names)
+    missing = [n for n in expected if n not in names]
+    extra = [n for n in names if n not in expected]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {_few(missing)}")
+        if extra:
+            parts.append(f"unexpected {_few(extra)}")
+        raise ValueError(f"feature schema of {where} does not match the model: " + "; ".join(parts))
+    first = next(i for i, (a, b) in enumerate(zip(names, expected)) if a != b)
+    raise ValueError(f"feature order of {where} differs from the model's at position {first}: "
+                     f"{names[first]!r} where the model has {expected[first]!r}")
 
 
 def load_model(path: str, storage_options: dict | None = None) -> LinearModel:

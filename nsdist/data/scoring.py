@@ -43,8 +43,8 @@ from nsdist.data.sources import infer_format
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["is_svmlight", "is_table_file", "sparse_input_format", "sparse_rows", "score_sparse", "table_rows",
-           "score_table"]
+__all__ = ["is_svmlight", "is_table_file", "file_input_format", "sparse_input_format", "sparse_rows", "score_sparse",
+           "table_rows", "score_table"]
 
 _OUTPUT_COLUMNS = ("score", "prediction")
 
@@ -73,6 +73,15 @@ def is_svmlight(src: str, storage_options: Mapping[str, Any] | None = None) -> b
 def is_table_file(src: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     """``src`` is a CSV file (by its name: ``.csv``, optionally compressed)."""
     return _text_format(src, storage_options)[0] == "csv"
+
+
+def file_input_format(src: str, storage_options: Mapping[str, Any] | None = None,
+                      format: str | None = None) -> str | None:
+    """``"svmlight"`` or ``"csv"`` for a file that ``nsdist evaluate`` scores in this process (``format`` as
+    given, else told from the name); None for a Parquet dataset, which streams through the cluster."""
+    if format is not None:
+        return format if format in ("svmlight", "csv") else None
+    return "svmlight" if is_svmlight(src, storage_options) else "csv" if is_table_file(src, storage_options) else None
 
 
 def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = None, *,
@@ -178,7 +187,7 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
     import pyarrow.csv as pacsv
     import pyarrow.dataset as pads
 
-    from nsdist.model import LinearModel
+    from nsdist.model import check_feature_names
 
     fs, path = resolve(src, storage_options)
     fmt = format or ("csv" if _text_format(src, storage_options)[0] == "csv" else "parquet")
@@ -201,10 +210,9 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
     onehot = _one_hot_columns(features, [c for c in names if c not in copied])
     encoded = {f for c in onehot for f in onehot[c]}
     plain = [f for f in features if f not in encoded]
-    # the other columns must be the model's other features (a model of those alone checks them)
-    checker = model if not onehot else LinearModel(np.zeros(len(plain)), 0.0, model.measure, feature_names=plain)
-    try:
-        checker.check_features([c for c in names if c not in copied and c not in onehot], where=f"input {src}")
+    try:                # the other columns must be the model's other features
+        check_feature_names([c for c in names if c not in copied and c not in onehot],
+                            plain if onehot else model.feature_names, where=f"input {src}")
     except ValueError as exc:
         raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep)") from None
     if fmt == "csv":
