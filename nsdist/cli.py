@@ -130,10 +130,12 @@ def _add_ingest(sub) -> None:
     p.add_argument("--negative", action="append", metavar="VALUE",
                    help="a label value of the negative class (repeatable); rows with other labels are dropped")
     p.add_argument("--categorical", action="append", default=[], metavar="COL",
-                   help="a CSV column to one-hot encode (repeatable)")
+                   help="a CSV or Parquet column to one-hot encode (repeatable)")
+    p.add_argument("--feature-column", action="append", metavar="COL",
+                   help="Parquet: a feature column (repeatable, in order; default: every column but the label)")
     p.add_argument("--categories-of", metavar="DATASET",
-                   help="CSV: one-hot encode the columns a dataset ingested before encoded, with its categories "
-                   "(a value it never saw: all zeros), so that a test set gets the training set's features")
+                   help="CSV or Parquet: one-hot encode the columns a dataset ingested before encoded, with its "
+                   "categories (a value it never saw: all zeros), so that a test set gets the training set's features")
     p.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                    help="CSV: the first line names the columns (default: detected)")
     p.add_argument("--n-features", type=int, metavar="D",
@@ -327,6 +329,7 @@ def _cmd_ingest(args) -> int:
         "src": args.src, "format": args.format, "positive": args.positive, "negative": args.negative,
         "label_column": int(column) if column.lstrip("-").isdigit() else column,
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
+        "feature_columns": args.feature_column,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,
         "random_state": args.random_state, "dtype": args.dtype, "layout": args.layout}, "command line")
     options = {**spec.options(), **categories_of(args.categories_of, args.categorical, _storage(args) or None)}
@@ -506,15 +509,20 @@ def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple
     for action in sub._actions:
         for option in action.option_strings:
             if option.startswith("--") and not action.dest.count("."):
-                names.setdefault(option[2:].replace("-", "_"),
-                                 (option, None, isinstance(action, argparse._AppendAction)))
+                name, repeated = option[2:].replace("-", "_"), isinstance(action, argparse._AppendAction)
+                for said in (name, name + "s") if repeated else (name,):    # --feature-column: feature_columns=
+                    names.setdefault(said, (option, None, repeated))
+    if command in ("train", "retrain"):                 # what a dataset's message says to do at ingest
+        names.setdefault("categorical", ("--categorical", None, True))
     return names
 
 
 def _speak_cli(text: str, names: dict[str, tuple[str, str | None, bool]]) -> str:
     """``pass overwrite=True`` -> ``pass --overwrite``, ``pass format='csv'`` -> ``pass --format 'csv'``,
     ``label_column=`` -> ``--label-column (dataset.label_column)``, ``categorical=['a', 'b']`` -> ``--categorical a
-    --categorical b`` (an option given once a value): the library's messages in the command's terms."""
+    --categorical b`` (an option given once a value), ``feature_columns=['a']`` -> ``--set
+    "dataset.feature_columns=['a']"`` (a job key without an option): the library's messages in the command's
+    terms."""
     import re
 
     def say(match: re.Match) -> str:
@@ -523,7 +531,9 @@ def _speak_cli(text: str, names: dict[str, tuple[str, str | None, bool]]) -> str
             return match.group(0)
         flag, key, once_a_value = names[name]
         said = f" ({key})" if key else ""
-        if value == "True" and flag.startswith("--"):
+        if not flag.startswith("--"):                # a job key without an option of its own
+            return f'--set "{flag}={value}"' if value else flag
+        if value == "True":
             return flag + said
         if value.startswith("["):                    # positive=['7', '8'] -> --positive 7 8
             values = [v.strip(" '\"") for v in value.strip("[]").split(",")]

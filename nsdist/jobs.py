@@ -63,7 +63,10 @@ class IngestSpec(_Section):
     negative: Union[str, int, float, list[Union[str, int, float]], None] = Field(
         None, description="label value(s) of the negative class; rows with other labels are dropped "
                           "(None: every non-positive label)")
-    categorical: list[Union[str, int]] = Field(default_factory=list, description="CSV columns to one-hot encode")
+    categorical: list[Union[str, int]] = Field(default_factory=list, description="CSV or Parquet columns to one-hot "
+                                               "encode")
+    feature_columns: list[str] | None = Field(None, description="Parquet: the feature columns, in order (None: every "
+                                              "column but the label)")
     header: bool | None = Field(None, description="CSV: whether the first line names the columns (None: detect)")
     n_features: int | None = Field(None, ge=1, description="svmlight: the dimension (None: the largest index)")
     rows_per_partition: int | None = Field(None, ge=1, description="rows per Parquet partition "

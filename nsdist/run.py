@@ -451,7 +451,8 @@ def _check_source(src: str, options: dict, storage_options: dict | None) -> None
     """Open the raw input ``src`` with the reading options of ingest ``options`` (its format, columns, labels)."""
     from .data.sources import open_source
 
-    keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features")
+    keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features",
+            "feature_columns")
     open_source(src, **{k: v for k, v in options.items() if k in keys}, storage_options=storage_options)
 
 

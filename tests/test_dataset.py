@@ -44,8 +44,10 @@ def test_pandas_index_and_chosen_columns(tmp_path):
     df = _frame(4, [0, 1, 0, 1]).set_index(pd.Index(["w", "x", "y", "z"], name="id"))
     df["name"] = ["p", "q", "r", "s"]
     df.to_parquet(tmp_path / "d.parquet")
-    with pytest.raises(ValueError, match="column 'name' has type (large_)?string, not a number; pass feature_columns="
-                                         r" to choose the numeric features \(the 3 numeric ones: \['a', 'b', 'c'\]\)"):
+    with pytest.raises(ValueError, match=r"column 'name' has type (large_)?string, not a number; to keep the 3 "
+                                         r"numeric ones, pass feature_columns=\['a', 'b', 'c'\]; to use the text "
+                                         r"columns as categories, one-hot encode them at ingest: "
+                                         r"categorical=\['name'\]$"):
         Dataset.open(tmp_path / "d.parquet")
     df["when"] = pd.to_datetime(["2026-01-01"] * 4)
     df.to_parquet(tmp_path / "two.parquet")

@@ -166,6 +166,33 @@ def test_text_in_number_columns_names_the_ingest_options_that_encode_them(tmp_pa
     assert "40 rows (10 positive), 6 features, 1 partition" in proc.stdout
 
 
+def test_parquet_columns_that_are_not_numbers_get_options_to_paste(tmp_path, env):
+    """Parquet as users have it (a timestamp, a text column): ``nsdist train`` names them and gives the ``--set``
+    that keeps the numeric columns, which then trains, and the ingest option for the text one; ``nsdist ingest
+    --categorical`` then gives the ``--feature-column`` options that leave the timestamp out, which ingest."""
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    n = 400
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n), "when": pd.Timestamp("2026-01-01"),
+                       "shop": rng.choice(["north", "south"], n), "label": rng.random(n) < 0.2})
+    (tmp_path / "raw").mkdir()
+    df.to_parquet(tmp_path / "raw" / "part-0.parquet")
+    line = one_line_error(nsdist("train", tmp_path / "raw", "--out", tmp_path / "run", env=env), 1)
+    keep = "--set \"dataset.feature_columns=['a', 'b']\""
+    assert f"to keep the 2 numeric ones, pass {keep}" in line and "at ingest: --categorical shop" in line, line
+    proc = nsdist("train", tmp_path / "raw", "--set", keep.split('"')[1], "--eta", 1, "--n-passes", 1,
+                  "--out", tmp_path / "run", "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run" / "model" / "model.json").read_text())["feature_names"] == ["a", "b"]
+    line = one_line_error(nsdist("ingest", tmp_path / "raw", tmp_path / "d", "--categorical", "shop", env=env), 1)
+    flags = "--feature-column a --feature-column b --feature-column shop"
+    assert f"to keep the 3 numeric and categorical ones, pass {flags}" in line, line
+    proc = nsdist("ingest", tmp_path / "raw", tmp_path / "d", "--categorical", "shop", *flags.split(), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "400 rows" in proc.stdout and "4 features" in proc.stdout
+
+
 def test_a_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path, env):
     """``--categories-of DATASET``: a test CSV's columns are one-hot encoded with the training set's categories
     (its feature names are the training set's; a value the training set never had encodes as zeros)."""

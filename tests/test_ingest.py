@@ -230,6 +230,85 @@ def _listing(path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+def _user_frames(rng, sizes=(700, 400)) -> list[pd.DataFrame]:
+    """Parquet as users have it: numbers, a text column, integer codes, a pandas categorical, a timestamp."""
+    return [pd.DataFrame({"u": rng.normal(size=n), "country": rng.choice([" de", "fr", "'us'"], n),
+                          "mcc": rng.choice([5411, 7995], n),
+                          "channel": pd.Categorical(rng.choice(["web", "app"], n)),
+                          "v": rng.integers(0, 5, n), "when": pd.Timestamp("2026-01-01") + pd.to_timedelta(
+                              rng.integers(0, 10**6, n), unit="s"),
+                          "label": rng.random(n) < 0.2}) for n in sizes]
+
+
+def test_parquet_categorical_columns_are_one_hot_encoded_as_pandas_does(tmp_path, dask_client):
+    """``categorical=`` on Parquet input: text, integer-code and dictionary columns become one 0/1 feature per
+    category (sorted, in the column's place, text cleaned as CSV fields are), equal to pandas' ``get_dummies``;
+    ``feature_columns`` leaves the timestamp out; a test set encoded with the training set's categories gets the
+    same features (a category it never had: zeros); the sparse layout holds the same rows."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "user").mkdir()
+    frames = _user_frames(rng)
+    for k, df in enumerate(frames):
+        df.to_parquet(tmp_path / "user" / f"p{k}.parquet")
+    columns = ["u", "country", "mcc", "channel", "v"]
+    ds = ingest(tmp_path / "user", tmp_path / "out", categorical=["country", "mcc", "channel"],
+                feature_columns=columns, shuffle=False, layout="dense", client=dask_client)
+    df = pd.concat(frames, ignore_index=True)
+    df["country"] = df["country"].str.strip(" '")
+    expected = pd.get_dummies(df[columns].astype({"mcc": str}), columns=["country", "mcc", "channel"],
+                              prefix_sep="=", dtype=float)
+    assert ds.feature_names == ["u", "country=de", "country=fr", "country=us", "mcc=5411", "mcc=7995",
+                                "channel=app", "channel=web", "v"]
+    X, y = _read_all(ds)
+    np.testing.assert_array_equal(X, expected[ds.feature_names].to_numpy())
+    np.testing.assert_array_equal(y, np.where(df["label"], 1, -1))
+    assert ds.metadata["categories"] == {"country": ["de", "fr", "us"], "mcc": ["5411", "7995"],
+                                         "channel": ["app", "web"]}
+    assert ds.metadata["source"]["columns"] == columns
+    test = frames[1].head(4).assign(country=["fr", "it", "de", "fr"], label=[True, False, False, True])
+    test.to_parquet(tmp_path / "test.parquet")
+    encoded = ingest(tmp_path / "test.parquet", tmp_path / "test", categorical=ds.metadata["categories"],
+                     feature_columns=columns, shuffle=False, layout="dense", client=dask_client)
+    assert encoded.feature_names == ds.feature_names
+    Xt, _ = _read_all(encoded)
+    np.testing.assert_array_equal(Xt[:, 1:4], [[0, 1, 0], [0, 0, 0], [1, 0, 0], [0, 1, 0]])
+    sparse = ingest(tmp_path / "user", tmp_path / "sparse", categorical=["country", "mcc", "channel"],
+                    feature_columns=columns, shuffle=False, layout="sparse", client=dask_client)
+    assert sparse.is_sparse and sparse.feature_names == ds.feature_names
+    np.testing.assert_array_equal(_read_all(sparse)[0], X)
+
+
+def test_parquet_categorical_input_errors_name_what_to_do(tmp_path, dask_client):
+    """A column that is neither a number nor categorical: the error gives the ``feature_columns=`` that keeps the
+    others, which then ingests; a null category names its partition and row; a categorical column that does not
+    exist lists the columns."""
+    rng = np.random.default_rng(6)
+    (tmp_path / "user").mkdir()
+    frames = _user_frames(rng, (30, 20))
+    for k, df in enumerate(frames):
+        df.to_parquet(tmp_path / "user" / f"p{k}.parquet")
+    with pytest.raises(ValueError) as info:
+        ingest(tmp_path / "user", tmp_path / "out", categorical=["country", "mcc"], client=dask_client)
+    message = str(info.value)
+    assert "column 'channel' has type dictionary" in message and "'when' (timestamp" in message
+    listed = ["u", "country", "mcc", "v"]
+    assert f"to keep the 4 numeric and categorical ones, pass feature_columns={listed!r}" in message
+    assert "one-hot encode them at ingest: categorical=['channel']" in message
+    assert not (tmp_path / "out").exists()
+    ds = ingest(tmp_path / "user", tmp_path / "out", categorical=["country", "mcc"], feature_columns=listed,
+                client=dask_client)
+    assert ds.num_rows == 50 and ds.n_features == 1 + 3 + 2 + 1
+    frames[1].loc[7, "country"] = None
+    frames[1].to_parquet(tmp_path / "user" / "p1.parquet")
+    with pytest.raises(ValueError, match=r"p1.parquet \(partition 1\): row 7: categorical column 'country' is "
+                                         r"missing \(null\)"):
+        ingest(tmp_path / "user", tmp_path / "out2", categorical=["country"], feature_columns=["u", "country"],
+               client=dask_client)
+    with pytest.raises(ValueError, match=r"categorical column 'city' of Parquet input .*: not a column \(the "
+                                         r"columns: u, country, mcc, channel, v, when, label\)"):
+        ingest(tmp_path / "user", tmp_path / "out2", categorical=["city"], client=dask_client)
+
+
 @pytest.mark.parametrize("name, text, options, message", [
     ("bad.csv", "a,b,label\n1,2,1\n3,nan,0\n", {}, "bad.csv: line 3, column 'b': value 'nan' is not finite"),
     ("bad.csv", "a,b,label\n1,2,1\n3,4\n", {}, "bad.csv: line 3: expected 3 fields, found 2"),

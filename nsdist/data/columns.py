@@ -27,7 +27,7 @@ names the partition and the 0-based row.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -43,9 +43,11 @@ from nsdist.data.labels import LabelRule, LabelValues, clean_strings
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["FeatureSchema"]
+__all__ = ["FeatureSchema", "check_numbers", "index_columns"]
 
 _SPARSE = ("indices", "values")
+#: up to this many numeric columns, a message on the others lists them all, as a ``feature_columns=`` to paste
+LISTED = 30
 
 
 def _is_number(t: pa.DataType) -> bool:
@@ -64,7 +66,35 @@ def _kind(t: pa.DataType) -> str:
     return str(t)
 
 
-def _index_columns(schema: pa.Schema) -> set[str]:
+def check_numbers(types: Mapping[str, pa.DataType], columns: Sequence[str], where: str, *, offer: bool,
+                  categorical: Sequence[str] = ()) -> None:
+    """Raise ValueError if a feature column of ``columns`` (but the ``categorical`` ones, which ingest one-hot
+    encodes) is not a number: which are not, the ``feature_columns=`` that keeps the others (whole, so that it can
+    be pasted, up to :data:`LISTED` names; ``offer``: the columns were not chosen by the caller) and, for text
+    columns, the ingest option that one-hot encodes them."""
+    other = [name for name in columns if name not in categorical and _kind(types[name]) != "number"]
+    if not other:
+        return
+    kept = [name for name in columns if name not in other]
+    what = "numeric and categorical" if categorical else "numeric"
+    shown = ", ".join(f"{n!r} ({types[n]})" for n in other[:5]) + (", ..." if len(other) > 5 else "")
+    text = [n for n in other if pa.types.is_string(types[n]) or pa.types.is_large_string(types[n])
+            or pa.types.is_dictionary(types[n])]
+    message = (f"{where}: column {other[0]!r} has type {types[other[0]]}, not a number"
+               + (f" (the columns that are not: {shown})" if len(other) > 1 else ""))
+    if offer and kept and len(kept) <= LISTED:
+        message += f"; to keep the {len(kept)} {what} ones, pass feature_columns={kept!r}"
+    elif offer and kept:
+        message += (f"; pass feature_columns= to choose the features (the {len(kept)} {what} ones: "
+                    f"{repr(kept[:6])[:-1]}, ...])")
+    else:
+        message += "; pass feature_columns= to choose the numeric features"
+    if text:
+        message += f"; to use the text columns as categories, one-hot encode them at ingest: categorical={text!r}"
+    raise ValueError(message)
+
+
+def index_columns(schema: pa.Schema) -> set[str]:
     """Columns pandas wrote for a non-default index (not features)."""
     return {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
 
@@ -178,7 +208,7 @@ class FeatureSchema:
             raise class_names_error(where, label_column, label_names)
         positive = LabelRule.create(positive).positive
         if feature_columns is None:
-            index = _index_columns(schema)
+            index = index_columns(schema)
             candidates = [n for n in schema.names if n != label_column and n not in index]
             listed = [n for n in candidates if _kind(types[n]).startswith(("list", "fixed"))]
             if set(_SPARSE) <= set(candidates) and len(candidates) == 2:
@@ -207,15 +237,7 @@ class FeatureSchema:
             return replace(cls._sparse(types, label_column, metadata, all_columns, where), positive=positive)
         if not selected:
             raise ValueError(f"{where}: no feature columns besides the label {label_column!r}")
-        other = [name for name in selected if _kind(types[name]) != "number"]
-        if other:
-            numeric = [name for name in selected if name not in other]
-            shown = ", ".join(f"{n!r} ({types[n]})" for n in other[:5]) + (", ..." if len(other) > 5 else "")
-            listed = repr(numeric[:6])[:-1] + (", ...]" if len(numeric) > 6 else "]")
-            raise ValueError(f"{where}: column {other[0]!r} has type {types[other[0]]}, not a number"
-                             + (f" (the columns that are not: {shown})" if len(other) > 1 else "")
-                             + "; pass feature_columns= to choose the numeric features"
-                             + (f" (the {len(numeric)} numeric ones: {listed})" if all_columns and numeric else ""))
+        check_numbers(types, selected, where, offer=bool(all_columns))
         return cls("columns", label_column, tuple((n, "number") for n in selected), tuple(selected),
                    all_columns, positive)
 
@@ -252,7 +274,7 @@ class FeatureSchema:
                     kind == "list<number>" and _kind(types[name]) == "list<integer>"):
                 raise ValueError(f"{prefix} column {name!r} has type {types[name]}, expected {kind}")
         if self.all_columns is not None:
-            index = _index_columns(schema)
+            index = index_columns(schema)
             extra = [n for n in schema.names if n not in self.all_columns and n != self.label
                      and n not in index]
             if extra:

@@ -36,7 +36,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist._sparse import issparse
 from nsdist.data import metadata as meta
-from nsdist.data.columns import FeatureSchema
+from nsdist.data.columns import FeatureSchema, index_columns
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.dense import checked_columns
 from nsdist.solvers.blocks import gather_block, take_rows
@@ -388,6 +388,11 @@ class Dataset:
         table, _ = self._read(i, [self.schema.label])
         return table.column(self.schema.label).to_numpy(zero_copy_only=False)
 
+    def read_table(self, i: int, columns: Sequence[str]) -> pa.Table:
+        """Columns of partition ``i`` as stored, unchecked but for the file's schema and row count (ingest's
+        categorical columns)."""
+        return self._read(i, list(columns))[0]
+
     def _read(self, i: int, columns: list[str]) -> tuple[pa.Table, str]:
         info, where = self.partitions[i], self.partition_name(i)
         try:
@@ -402,6 +407,17 @@ class Dataset:
             raise ValueError(f"{where}: has {table.num_rows} rows but had {info.num_rows} when the "
                              "dataset was opened; open it again")
         return table, where
+
+
+def feature_candidates(url: str | os.PathLike, *, label_column: str = "label",
+                       storage_options: Mapping[str, Any] | None = None) -> tuple[pa.Schema, list[str]]:
+    """The first data file's Arrow schema, and its columns that may be features: all but ``label_column`` and
+    the columns pandas wrote for an index, in the file's order (what ``feature_columns=None`` starts from)."""
+    fs, path = resolve(url, storage_options)
+    first = _discover(fs, path, str(url))[1][0][0]
+    schema = _read_footer(fs, first)[1]
+    index = index_columns(schema)
+    return schema, [n for n in schema.names if n != label_column and n not in index]
 
 
 def _native_dtype(arrow: pa.Schema, schema: FeatureSchema) -> str:

@@ -73,7 +73,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
            chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
            dtype: str = "float64", layout: str = "auto", overwrite: bool = False,
            storage_options: Mapping[str, Any] | None = None,
-           client: Client | str | None = None) -> Dataset:
+           client: Client | str | None = None, feature_columns: Sequence[str] | None = None) -> Dataset:
     """Convert ``src`` into a Parquet dataset at ``dst`` and open it.
 
     Parameters
@@ -99,9 +99,15 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         only (every other label is negative), as :meth:`Dataset.open
         <nsdist.data.Dataset.open>` does.
     categorical : sequence of column names/indices, or mapping column -> categories
-        CSV columns to one-hot encode. With a sequence the categories are found
+        CSV or Parquet columns to one-hot encode (Parquet: by name; strings,
+        dictionaries or integer codes, read as text; a null is an error naming
+        its partition and row). With a sequence the categories are found
         in the first pass (sorted); with a mapping (e.g. ``metadata["categories"]``
         of a training set) they are fixed and an unseen value encodes as zeros.
+    feature_columns : sequence of str, optional
+        Parquet: the feature columns, in order (the ``categorical`` ones among
+        them or added); default every column but the label. Other columns
+        (identifiers, timestamps) are left out.
     header : bool, optional
         CSV: whether the first line names the columns. Default: it does iff
         none of its fields is a number.
@@ -184,7 +190,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     layout = check_layout(layout)
     source = open_source(src, format=format, label_column=label_column, positive=positive,
                          negative=negative, categorical=categorical, header=header,
-                         n_features=n_features, storage_options=storage_options)
+                         n_features=n_features, storage_options=storage_options, feature_columns=feature_columns)
     fs, out = resolve(dst, storage_options)
     check_absent(fs, out, overwrite=overwrite)
     with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:

@@ -5,12 +5,12 @@ A source is a small picklable object. Ingest calls, in this order:
 ``blocks(chunk_rows)``   on the driver: the input cut into chunks (text blocks,
                          or partition indices for Parquet);
 ``scan(block)``          in a task: validate a chunk and summarise it (rows,
-                         positives, largest svmlight index, CSV categories);
+                         positives, largest svmlight index, CSV/Parquet categories);
 ``planned(summaries)``   on the driver: fix the dimension / categories;
 ``encode(block, dtype)`` in a task: the chunk as ``(X, y)``, ``X`` a dense
                          Fortran-ordered array or a ``scipy.sparse.csr_matrix``
-                         (svmlight always; CSV with categorical columns; a
-                         sparse Parquet dataset); ingest writes it in the layout
+                         (svmlight always; CSV or Parquet with categorical columns;
+                         a sparse Parquet dataset); ingest writes it in the layout
                          chosen (:mod:`nsdist.data.layout`).
 
 Each summary also counts the chunk's non-zeros (``nnz``: exact for svmlight and
@@ -20,7 +20,8 @@ layout and sizes sparse partitions.
 Feature names: CSV header names (``col0, col1, ...`` without a header, by the
 0-based field position), ``"<column>=<category>"`` for one-hot columns;
 ``x1 ... x{d}`` for svmlight (the file's own 1-based indices, kept as a compact
-:class:`~nsdist._names.NameRange`); the source's names for Parquet.
+:class:`~nsdist._names.NameRange`); the source's names for Parquet (``"<column>=<category>"``
+for its one-hot columns).
 
 One-hot encoding: each categorical column becomes one 0/1 column per category,
 in sorted order, in place of the column. Pass the ``categories`` recorded in a
@@ -42,9 +43,10 @@ from fsspec.utils import infer_compression
 
 from nsdist._names import NameRange
 from nsdist._sparse import issparse, scipy_sparse
-from nsdist.data.dataset import Dataset
+from nsdist.data.columns import check_numbers
+from nsdist.data.dataset import Dataset, feature_candidates
 from nsdist.data.fs import DataNotFoundError, display, resolve
-from nsdist.data.labels import LabelRule, LabelValues
+from nsdist.data.labels import LabelRule, LabelValues, clean_strings
 from nsdist.data.readers import CsvLayout, TextBlock, parse_csv, parse_svmlight, text_blocks
 
 if TYPE_CHECKING:
@@ -226,49 +228,18 @@ class CsvSource(TextFileSource):
         rows = parse_csv(block, self.layout, self.rule)
         if self.layout.categorical:
             return self._encode_sparse(rows, dtype), rows.labels
-        layout = self.layout
-        out = np.zeros((len(rows.labels), len(self.feature_names)), dtype=dtype, order="F")
-        column = 0
-        for j in range(len(layout.names)):
-            if j in layout.categorical:
-                k = layout.categorical.index(j)
-                codes = pc.index_in(rows.categorical[k], value_set=pa.array(self.categories[k], pa.string()))
-                codes = codes.to_numpy(zero_copy_only=False)
-                seen = ~np.isnan(codes)
-                out[np.flatnonzero(seen), column + codes[seen].astype(np.int64)] = 1
-                column += len(self.categories[k])
-            elif j != layout.label:
-                out[:, column] = rows.numeric[:, layout.numeric.index(j)]
-                column += 1
-        return out, rows.labels
+        return np.asarray(rows.numeric, dtype=dtype, order="F"), rows.labels      # the fields in file order
 
     def _encode_sparse(self, rows, dtype: np.dtype) -> sp.csr_matrix:
-        """One-hot and numeric fields straight into CSR (many categories never densify);
-        numeric zeros are not stored."""
-        layout, n = self.layout, len(rows.labels)
-        rr, cc, vv = [], [], []
-        column = 0
+        """One-hot and numeric fields straight into CSR (many categories never densify)."""
+        layout, fields = self.layout, []
         for j in range(len(layout.names)):
             if j in layout.categorical:
                 k = layout.categorical.index(j)
-                codes = pc.index_in(rows.categorical[k], value_set=pa.array(self.categories[k], pa.string()))
-                codes = codes.to_numpy(zero_copy_only=False)
-                seen = np.flatnonzero(~np.isnan(codes))
-                rr.append(seen)
-                cc.append(column + codes[seen].astype(np.int64))
-                vv.append(np.ones(len(seen)))
-                column += len(self.categories[k])
+                fields.append((_codes(rows.categorical[k], self.categories[k]), len(self.categories[k])))
             elif j != layout.label:
-                values = rows.numeric[:, layout.numeric.index(j)]
-                nz = np.flatnonzero(values)
-                rr.append(nz)
-                cc.append(np.full(len(nz), column, dtype=np.int64))
-                vv.append(values[nz])
-                column += 1
-        X = scipy_sparse().csr_matrix((np.concatenate(vv).astype(dtype), (np.concatenate(rr), np.concatenate(cc))),
-                          shape=(n, column))
-        X.sort_indices()
-        return X
+                fields.append((rows.numeric[:, layout.numeric.index(j)], None))
+        return one_hot_csr(len(rows.labels), fields, dtype)
 
     def describe(self) -> dict:
         layout = self.layout
@@ -282,9 +253,15 @@ class CsvSource(TextFileSource):
 @dataclass(frozen=True)
 class ParquetSource:
     """A Parquet dataset (labels in {-1,+1}/{0,1}/bool, or any values with ``positive=``); one chunk per
-    partition."""
+    partition.  ``dataset`` reads the label and the numeric features; the ``categorical`` columns (any type
+    Arrow casts to text: strings, dictionaries, integer codes) are read beside them and one-hot encoded, each
+    in its place in ``columns``, the feature columns in order (``categories`` fixed by :meth:`planned`
+    unless given)."""
 
     dataset: Dataset
+    categorical: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    categories: tuple[tuple[str, ...], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -296,35 +273,103 @@ class ParquetSource:
     def scan(self, block: int) -> Summary:
         if self.dataset.is_sparse:
             X, y = self.dataset.read_partition(block)
-            nnz = X.nnz
-        else:
-            y = self.dataset.read_labels(block)
-            nnz = len(y) * self.dataset.n_features
-        return Summary(len(y), int((y > 0).sum()), 0, len(y), nnz=nnz)
+            return Summary(len(y), int((y > 0).sum()), 0, len(y), nnz=X.nnz)
+        y = self.dataset.read_labels(block)
+        found = tuple(tuple(pc.unique(text).to_pylist()) for text in
+                      (self._category_text(block) if self.categorical else ()))
+        return Summary(len(y), int((y > 0).sum()), 0, len(y), categories=found,
+                       nnz=len(y) * (self.dataset.n_features + len(self.categorical)))
 
     def planned(self, summaries: Sequence[Summary]) -> ParquetSource:
-        return self
+        if self.categories is not None or not self.categorical:
+            return self
+        return replace(self, categories=tuple(tuple(sorted({v for s in summaries for v in s.categories[k]}))
+                                              for k in range(len(self.categorical))))
 
     @property
     def feature_names(self) -> list[str]:
-        return self.dataset.feature_names
+        if not self.categorical:
+            return self.dataset.feature_names
+        names: list[str] = []
+        for column in self.columns:
+            if column in self.categorical:
+                names += [f"{column}={v}" for v in self.categories[self.categorical.index(column)]]
+            else:
+                names.append(column)
+        return names
 
     def encode(self, block: int, dtype: np.dtype) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
         X, y = self.dataset.read_partition(block, dtype=dtype)
-        return (X if issparse(X) else np.asfortranarray(X)), y
+        if not self.categorical:
+            return (X if issparse(X) else np.asfortranarray(X)), y
+        texts, numeric = self._category_text(block), {c: j for j, c in enumerate(self.dataset.feature_names)}
+        fields = []
+        for column in self.columns:
+            if column in numeric:
+                fields.append((X[:, numeric[column]], None))
+            else:
+                k = self.categorical.index(column)
+                fields.append((_codes(texts[k], self.categories[k]), len(self.categories[k])))
+        return one_hot_csr(len(y), fields, dtype), y
+
+    def _category_text(self, block: int) -> list[pa.Array]:
+        """Partition ``block``'s categorical columns as text, cleaned as CSV fields are (a null names its row)."""
+        table, out = self.dataset.read_table(block, self.categorical), []
+        for column in self.categorical:
+            values = table.column(column).combine_chunks()
+            if values.null_count:
+                row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"{self.dataset.partition_name(block)}: row {row}: categorical column {column!r} "
+                                 "is missing (null)")
+            try:
+                out.append(clean_strings(pc.cast(values, pa.string())))
+            except pa.ArrowException as exc:
+                raise ValueError(f"{self.dataset.partition_name(block)}: categorical column {column!r} of type "
+                                 f"{values.type} cannot be read as text ({exc})") from None
+        return out
 
     def describe(self) -> dict:
-        return {"source": {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint},
+        source = {"format": "parquet", "url": self.name, "fingerprint": self.dataset.fingerprint}
+        return {"source": {**source, "columns": list(self.columns)} if self.categorical else source,
                 "label_mapping": {"column": self.dataset.label_column,
                                   **LabelRule(self.dataset.schema.positive).describe()},
-                "categories": {}}
+                "categories": {c: list(v) for c, v in zip(self.categorical, self.categories or ())}}
+
+
+def _codes(text: pa.Array, categories: Sequence[str]) -> np.ndarray:
+    """Each row's position in ``categories`` (NaN: none of them)."""
+    return pc.index_in(text, value_set=pa.array(categories, pa.string())).to_numpy(zero_copy_only=False)
+
+
+def one_hot_csr(n: int, fields: Sequence[tuple[np.ndarray, int | None]], dtype: np.dtype) -> sp.csr_matrix:
+    """``n`` rows of feature fields side by side as CSR: ``(values, None)`` a numeric column (its zeros not
+    stored), ``(codes, m)`` a one-hot column of ``m`` categories (a row's 1 at its code; NaN: all zeros)."""
+    rr, cc, vv = [], [], []
+    column = 0
+    for values, width in fields:
+        if width is None:
+            nz = np.flatnonzero(values)
+            rr.append(nz)
+            cc.append(np.full(len(nz), column, dtype=np.int64))
+            vv.append(values[nz])
+            column += 1
+        else:
+            seen = np.flatnonzero(~np.isnan(values))
+            rr.append(seen)
+            cc.append(column + values[seen].astype(np.int64))
+            vv.append(np.ones(len(seen)))
+            column += width
+    X = scipy_sparse().csr_matrix((np.concatenate(vv).astype(dtype), (np.concatenate(rr), np.concatenate(cc))),
+                                  shape=(n, column))
+    X.sort_indices()
+    return X
 
 
 def open_source(src: str, *, format: str | None = None, label_column: int | str = "label",
                 positive: LabelValues = None, negative: LabelValues = None,
                 categorical: Categorical = (), header: bool | None = None,
-                n_features: int | None = None, storage_options: Mapping[str, Any] | None = None
-                ) -> Source:
+                n_features: int | None = None, storage_options: Mapping[str, Any] | None = None,
+                feature_columns: Sequence[str] | None = None) -> Source:
     """Resolve ``src`` and the format options of :func:`nsdist.data.ingestion.ingest` into a source.
 
     Raises
@@ -340,17 +385,16 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     given = {"categorical": bool(categorical), "header": header is not None,
              "positive": positive is not None, "negative": negative is not None,
-             "n_features": n_features is not None, "label_column": label_column != "label"}
+             "n_features": n_features is not None, "label_column": label_column != "label",
+             "feature_columns": feature_columns is not None}
     allowed = {"csv": {"categorical", "header", "positive", "negative", "label_column"},
-               "svmlight": {"positive", "negative", "n_features"}, "parquet": {"label_column", "positive"}}[fmt]
+               "svmlight": {"positive", "negative", "n_features"},
+               "parquet": {"label_column", "positive", "categorical", "feature_columns"}}[fmt]
     wrong = [option for option, used in given.items() if used and option not in allowed]
     if wrong:
         raise ValueError(f"option(s) {wrong} do not apply to {fmt} input {display(fs, path)}")
     if fmt == "parquet":
-        if not isinstance(label_column, str):
-            raise ValueError(f"label_column must be a column name for Parquet input, got {label_column!r}")
-        return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
-                                          positive=positive))
+        return _parquet_source(src, label_column, positive, categorical, feature_columns, storage_options)
     if not fs.isfile(path):
         raise DataNotFoundError(f"no such file: {display(fs, path)}")
     if fmt == "svmlight":
@@ -366,3 +410,40 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
         by_index = {layout.index(k): v for k, v in categorical.items()}
         categories = tuple(tuple(str(v) for v in by_index[j]) for j in layout.categorical)
     return CsvSource(fs, path, layout, LabelRule.create(positive, negative, default="binary"), categories)
+
+
+def _parquet_source(src: str, label_column, positive: LabelValues, categorical: Categorical,
+                    feature_columns: Sequence[str] | None, storage_options) -> ParquetSource:
+    """A Parquet source: the numeric feature columns read by a :class:`Dataset`, the ``categorical`` ones (names;
+    or a mapping name -> categories) beside it, in the order of ``feature_columns`` (default: every column but
+    the label, in the file's order)."""
+    if not isinstance(label_column, str):
+        raise ValueError(f"label_column must be a column name for Parquet input, got {label_column!r}")
+    if not categorical:
+        return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
+                                          positive=positive, feature_columns=feature_columns))
+    schema, candidates = feature_candidates(src, label_column=label_column, storage_options=storage_options)
+    names = list(categorical)
+    for name in names:
+        if not isinstance(name, str) or name not in candidates:
+            what = "the label" if name == label_column else "not a column"
+            raise ValueError(f"categorical column {name!r} of Parquet input {src}: {what} (the columns: "
+                             f"{', '.join(schema.names)})")
+    columns = list(dict.fromkeys(list(feature_columns) + names)) if feature_columns is not None else candidates
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise ValueError(f"Parquet input {src}: no column {missing[0]!r} (the columns: {', '.join(schema.names)})")
+    check_numbers({f.name: f.type for f in schema}, columns, f"Parquet input {src}", offer=feature_columns is None,
+                  categorical=names)
+    numeric = [c for c in columns if c not in names]
+    if not numeric:
+        raise ValueError(f"Parquet input {src}: no numeric feature column besides the categorical ones {names}; "
+                         "ingest needs at least one")
+    dataset = Dataset.open(src, label_column=label_column, storage_options=storage_options, positive=positive,
+                           feature_columns=numeric)
+    if dataset.is_sparse:
+        raise ValueError(f"Parquet input {src}: categorical= applies to a dataset of feature columns, not to "
+                         "the sparse layout")
+    fixed = (tuple(tuple(str(v) for v in categorical[c]) for c in names)
+             if isinstance(categorical, Mapping) else None)
+    return ParquetSource(dataset, tuple(names), tuple(columns), fixed)
