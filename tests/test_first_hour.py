@@ -216,18 +216,26 @@ def test_a_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path
     assert "--categories-of takes the columns to encode from its dataset: drop --categorical" in line
 
 
-def test_a_jobs_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path, env):
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_jobs_test_set_is_ingested_into_the_training_sets_one_hot_features(tmp_path, env, fmt):
     """A job that ingests its training and test files with ``categorical`` columns: the test set is encoded with
-    the training set's categories (the test file lacks one and has one more), so the model evaluates on it."""
+    the training set's categories (the test file lacks one and has one more), so the model evaluates on it.
+    Parquet input as users have it also holds a timestamp, which ``feature_columns`` leaves out."""
+    import pandas as pd
+
     rng = np.random.default_rng(1)
     rows = lambda n, cats: "".join(f"{rng.normal():.3f},{cats[i % len(cats)]},{int(rng.random() < 0.3)}\n"
                                    for i in range(n))
-    (tmp_path / "train.csv").write_text("a,proto,label\n" + rows(300, ("tcp", "udp", "icmp")))
-    (tmp_path / "test.csv").write_text("a,proto,label\n" + rows(100, ("tcp", "udp", "sctp")))
-    ingest = "{src: %s, categorical: [proto], rows_per_partition: 100}"
+    for name, n, cats in (("train", 300, ("tcp", "udp", "icmp")), ("test", 100, ("tcp", "udp", "sctp"))):
+        (tmp_path / f"{name}.csv").write_text("a,proto,label\n" + rows(n, cats))
+        if fmt == "parquet":
+            pd.read_csv(tmp_path / f"{name}.csv").assign(when=pd.Timestamp("2026-01-01")).to_parquet(
+                tmp_path / f"{name}.parquet")
+    ingest = "{src: %s, categorical: [proto], rows_per_partition: 100" + (
+        ", feature_columns: [a, proto]}" if fmt == "parquet" else "}")
     (tmp_path / "job.yaml").write_text(
         f"dataset:\n  url: {tmp_path / 'train'}\n  test_url: {tmp_path / 'test'}\n"
-        f"  ingest: {ingest % (tmp_path / 'train.csv')}\n  test_ingest: {ingest % (tmp_path / 'test.csv')}\n"
+        f"  ingest: {ingest % (tmp_path / f'train.{fmt}')}\n  test_ingest: {ingest % (tmp_path / f'test.{fmt}')}\n"
         f"measure: {{name: auc}}\nsolver: {{name: 1pmb, eta: 0.1, n_passes: 2}}\noutput: {{dir: {tmp_path / 'run'}}}\n")
     proc = nsdist("train", tmp_path / "job.yaml", "--no-progress", env=env)
     assert proc.returncode == 0, proc.stderr
