@@ -307,6 +307,11 @@ def test_parquet_categorical_input_errors_name_what_to_do(tmp_path, dask_client)
     with pytest.raises(ValueError, match=r"categorical column 'city' of Parquet input .*: not a column \(the "
                                          r"columns: u, country, mcc, channel, v, when, label\)"):
         ingest(tmp_path / "user", tmp_path / "out2", categorical=["city"], client=dask_client)
+    frames[1].drop(columns=["country"]).to_parquet(tmp_path / "user" / "p1.parquet")
+    with pytest.raises(ValueError, match=r"p1.parquet \(partition 1\): no column 'country' \(its columns: u, mcc, "):
+        ingest(tmp_path / "user", tmp_path / "out2", categorical=["country"], feature_columns=["u", "country"],
+               client=dask_client)
+    assert not (tmp_path / "out2").exists()
 
 
 @pytest.mark.parametrize("name, text, options, message", [

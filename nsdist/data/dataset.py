@@ -398,6 +398,10 @@ class Dataset:
         try:
             with _parquet_file(self.fs, info.path) as parquet:
                 self.schema.check(parquet.schema_arrow, where)
+                missing = [c for c in columns if c not in parquet.schema_arrow.names]
+                if missing:
+                    raise ValueError(f"{where}: no column {missing[0]!r} (its columns: "
+                                     f"{', '.join(parquet.schema_arrow.names)})")
                 table = parquet.read(columns=columns)
         except StorageAccessError:
             raise
