@@ -532,7 +532,7 @@ def _speak_cli(text: str, names: dict[str, tuple[str, str | None, bool]]) -> str
         flag, key, once_a_value = names[name]
         said = f" ({key})" if key else ""
         if not flag.startswith("--"):                # a job key without an option of its own
-            return f'--set "{flag}={value}"' if value else flag
+            return f'--set "{flag}={value}"' if value else f"--set {flag}=..."
         if value == "True":
             return flag + said
         if value.startswith("["):                    # positive=['7', '8'] -> --positive 7 8

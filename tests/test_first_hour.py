@@ -255,6 +255,19 @@ def test_counts_are_singular_when_one(tmp_path, env):
     assert "2 rows (1 positive), 1 feature, 1 partition\n" in proc.stdout
 
 
+def test_library_keywords_are_said_as_the_commands_options():
+    """A library message's ``name=value`` in a command's terms: its option (given once a value when repeatable),
+    or ``--set`` for a job key without one; a name that is neither stays."""
+    from nsdist.cli import _cli_names, _speak_cli, build_parser
+
+    train, ingest = _cli_names(build_parser(), "train"), _cli_names(build_parser(), "ingest")
+    said = _speak_cli("pass feature_columns=['a', 'b']; pass feature_columns= to choose; categorical=['c']; "
+                      "label_column='y'; other=1", train)
+    assert said == ("pass --set \"dataset.feature_columns=['a', 'b']\"; pass --set dataset.feature_columns=... to "
+                    "choose; --categorical c; --label-column 'y' (dataset.label_column); other=1")
+    assert _speak_cli("pass feature_columns=['a', 'b']", ingest) == "pass --feature-column a --feature-column b"
+
+
 def test_internal_errors_say_so_without_a_class_name_first():
     from nsdist.cli import _one_line
 
