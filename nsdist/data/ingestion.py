@@ -68,12 +68,13 @@ _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None = None,
            label_column: int | str = "label", positive: LabelValues = None,
-           negative: LabelValues = None, categorical: Categorical = (), header: bool | None = None,
+           negative: LabelValues = None, categorical: Categorical = (),
+           feature_columns: Sequence[str] | None = None, header: bool | None = None,
            n_features: int | None = None, rows_per_partition: int | None = None,
            chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
            dtype: str = "float64", layout: str = "auto", overwrite: bool = False,
            storage_options: Mapping[str, Any] | None = None,
-           client: Client | str | None = None, feature_columns: Sequence[str] | None = None) -> Dataset:
+           client: Client | str | None = None) -> Dataset:
     """Convert ``src`` into a Parquet dataset at ``dst`` and open it.
 
     Parameters
