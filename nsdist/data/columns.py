@@ -43,7 +43,7 @@ from nsdist.data.labels import LabelRule, LabelValues, clean_strings
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["FeatureSchema", "check_numbers", "index_columns"]
+__all__ = ["FeatureSchema", "check_numbers", "candidate_columns"]
 
 _SPARSE = ("indices", "values")
 #: up to this many numeric columns, a message on the others lists them all, as a ``feature_columns=`` to paste
@@ -94,9 +94,11 @@ def check_numbers(types: Mapping[str, pa.DataType], columns: Sequence[str], wher
     raise ValueError(message)
 
 
-def index_columns(schema: pa.Schema) -> set[str]:
-    """Columns pandas wrote for a non-default index (not features)."""
-    return {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+def candidate_columns(schema: pa.Schema, label_column: str) -> list[str]:
+    """The columns that may be features, in the file's order: all but the label and the columns pandas wrote
+    for a non-default index (what ``feature_columns=None`` starts from)."""
+    index = {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+    return [n for n in schema.names if n != label_column and n not in index]
 
 
 def _first(mask: np.ndarray) -> int:
@@ -208,8 +210,7 @@ class FeatureSchema:
             raise class_names_error(where, label_column, label_names)
         positive = LabelRule.create(positive).positive
         if feature_columns is None:
-            index = index_columns(schema)
-            candidates = [n for n in schema.names if n != label_column and n not in index]
+            candidates = candidate_columns(schema, label_column)
             listed = [n for n in candidates if _kind(types[n]).startswith(("list", "fixed"))]
             if set(_SPARSE) <= set(candidates) and len(candidates) == 2:
                 selected: Sequence[str] = _SPARSE
@@ -274,9 +275,7 @@ class FeatureSchema:
                     kind == "list<number>" and _kind(types[name]) == "list<integer>"):
                 raise ValueError(f"{prefix} column {name!r} has type {types[name]}, expected {kind}")
         if self.all_columns is not None:
-            index = index_columns(schema)
-            extra = [n for n in schema.names if n not in self.all_columns and n != self.label
-                     and n not in index]
+            extra = [n for n in candidate_columns(schema, self.label) if n not in self.all_columns]
             if extra:
                 raise ValueError(f"{prefix} column {extra[0]!r} is not in the first partition")
 

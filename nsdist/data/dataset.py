@@ -36,7 +36,7 @@ from fsspec.spec import AbstractFileSystem
 from nsdist._names import NameRange, names_to_json
 from nsdist._sparse import issparse
 from nsdist.data import metadata as meta
-from nsdist.data.columns import FeatureSchema, index_columns
+from nsdist.data.columns import FeatureSchema, candidate_columns
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.dense import checked_columns
 from nsdist.solvers.blocks import gather_block, take_rows
@@ -415,13 +415,11 @@ class Dataset:
 
 def feature_candidates(url: str | os.PathLike, *, label_column: str = "label",
                        storage_options: Mapping[str, Any] | None = None) -> tuple[pa.Schema, list[str]]:
-    """The first data file's Arrow schema, and its columns that may be features: all but ``label_column`` and
-    the columns pandas wrote for an index, in the file's order (what ``feature_columns=None`` starts from)."""
+    """The first data file's Arrow schema, and its columns that may be features
+    (:func:`~nsdist.data.columns.candidate_columns`)."""
     fs, path = resolve(url, storage_options)
-    first = _discover(fs, path, str(url))[1][0][0]
-    schema = _read_footer(fs, first)[1]
-    index = index_columns(schema)
-    return schema, [n for n in schema.names if n != label_column and n not in index]
+    schema = _read_footer(fs, _discover(fs, path, str(url))[1][0][0])[1]
+    return schema, candidate_columns(schema, label_column)
 
 
 def _native_dtype(arrow: pa.Schema, schema: FeatureSchema) -> str:
