@@ -115,7 +115,9 @@ def _add_ingest(sub) -> None:
                                         "nsdist ingest ../shared/data/ijcnn1/ijcnn1.tst.bz2 runs/ijcnn1/test "
                                         "--format svmlight --n-features 22",
                                         "nsdist ingest ../shared/data/mammography/mammography.csv "
-                                        "runs/mammography/data --label-column 6 --positive 1"))
+                                        "runs/mammography/data --label-column 6 --positive 1",
+                                        "nsdist ingest transactions/ runs/tx/data --positive fraud --categorical "
+                                        "country --feature-column amount --feature-column country"))
     p.add_argument("src", help="raw input file or Parquet dataset (local path or fsspec URL)")
     p.add_argument("dst", help="output Parquet dataset directory")
     p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
