@@ -130,7 +130,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         must match the dataset's.
     standardize : bool, default True
         Scale every feature on the fly (dense: zero mean and unit variance;
-        sparse datasets train as stored), with the moments of every row
+        sparse: a column whose root mean square exceeds 1 is divided by it,
+        the others train as stored; a fixed sparse run trains as stored),
+        with the moments of every row
         taken in the pass that gathers the validation rows (a fixed run: of a
         sample of whole partitions); the returned model is folded back onto
         the raw features.  Any scaling is a valid preconditioner.
@@ -253,7 +255,7 @@ def _stream(c, ds: Dataset, cfg: TrainConfig, counts: tuple[int, int], *, dtype:
     # a fixed ranking run's cut, or the selected F1 model's threshold: placed on a sample of the data's rows
     need_cut = cfg.fit_intercept and ((cfg.selects and n_val > 0 and cfg.plug_in) or (
         not (cfg.selects and n_val > 0) and not get_measure(cfg.measure).thresholded))
-    need_moments = moments is None and cfg.standardize and not ds.is_sparse
+    need_moments = moments is None and cfg.scales(ds.is_sparse)
     # a fixed 1PMB run over CSR blocks holds every row of a partition in its block: the chain's last blocks are
     # the sample of its cut, scored where they lie, not read a second time (chosen once the plan is known)
     cut_on_blocks = need_cut and ds.is_sparse and not cfg.selects and cfg.solver == "1pmb"

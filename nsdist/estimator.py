@@ -111,7 +111,9 @@ class NonDecomposableClassifier(ClassifierMixin, BaseEstimator):
         :func:`~nsdist.solvers.measure.cut_intercept`).  False: ``b = 0``.
     standardize : bool, default True
         Train on scaled features -- dense: zero mean and unit variance; sparse
-        (CSR) input trains as stored (:meth:`TrainConfig.scaling_of` says why) -- with moments of every row of ``X``
+        (CSR): a column whose root mean square exceeds 1 is divided by it, the others train as stored, and a
+        fixed run trains as stored (:meth:`TrainConfig.scaling_of`, :meth:`TrainConfig.scales` say why) -- with
+        moments of every row of ``X``
         (``partial_fit``: of the first block), and fold the model back onto the raw
         features (``coef_`` and ``intercept_`` score raw rows).  The same rule
         as :func:`nsdist.train`, so both give the same model.

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from distributed import Client, LocalCluster
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import dump_svmlight_file
 
 from nsdist import NonDecomposableClassifier, ingest
@@ -81,7 +83,7 @@ def test_engine_trains_a_sparse_dataset_as_the_dense_one(cluster, both_layouts, 
 def test_engine_defaults_train_a_sparse_dataset_as_stored(cluster, both_layouts):
     urls, X, y = both_layouts
     model = train(urls["sparse"], client=cluster, measure="prbep", random_state=0)
-    assert model.history["selected"] and model.params["standardize"] is True      # a no-op on sparse data
+    assert model.history["selected"] and model.params["standardize"] is True  # a no-op: every column's RMS < 1
     s = np.asarray(X @ model.coef) + model.intercept
     from nsdist import metrics
     assert metrics.prbep(y, s) > 0.5
@@ -467,3 +469,79 @@ def test_resumed_fixed_sparse_run_cuts_on_the_same_rows(cluster, tmp_path, posit
     resumed = train(url, client=cluster, checkpoint=str(ckpt), resume=True, **kw)
     np.testing.assert_array_equal(resumed.coef, full.coef)
     assert resumed.intercept == full.intercept
+
+
+# ------------------------------------------------------- scaling: sparse columns are only shrunk
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), d=st.integers(1, 8), density=st.floats(0.05, 1.0), seed=st.integers(0, 10**6),
+       factors=st.lists(st.sampled_from([1e-3, 0.5, 1.0, 3.0, 1e4]), min_size=8, max_size=8))
+def test_shrinking_scaling_divides_by_the_root_mean_square_where_it_exceeds_one(n, d, density, seed, factors):
+    """Against the root mean square of the dense matrix, column by column: a column whose RMS exceeds 1 is
+    divided by it, the others keep 1; never centred; no scaling at all where no column exceeds 1."""
+    from nsdist.solvers.scaling import row_moments, shrinking_scaling
+
+    X = sp.random(n, d, density=density, format="csr", random_state=seed)
+    X = X @ sp.diags(np.asarray(factors[:d]))
+    rms = np.sqrt((X.toarray() ** 2).mean(axis=0))
+    scaling = shrinking_scaling(*row_moments(X))
+    if not (rms > 1 + 1e-9).any():
+        assert scaling is None or np.allclose(scaling.scale, 1.0)
+        return
+    assert not scaling.centered and not scaling.mean.any()
+    big = rms > 1 + 1e-9
+    np.testing.assert_allclose(scaling.scale[big], rms[big], rtol=1e-12)
+    assert (scaling.scale[rms < 1 - 1e-9] == 1.0).all()
+    folded_w, folded_b = scaling.fold(np.arange(1.0, d + 1), 0.5)
+    np.testing.assert_allclose(X @ folded_w + folded_b, scaling.apply(X.copy()) @ np.arange(1.0, d + 1) + 0.5,
+                               rtol=1e-12)
+
+
+def _with_an_amount(X: sp.csr_matrix, seed: int) -> tuple[sp.csr_matrix, float]:
+    """``X`` with one more column present on every row, of values around 100 (a raw amount beside sparse
+    features), and that column's root mean square."""
+    rng = np.random.default_rng(seed)
+    amount = np.round(np.abs(rng.normal(100, 60, X.shape[0])) + 1, 2)
+    return sp.hstack([X, sp.csr_matrix(amount[:, None])], format="csr"), float(np.sqrt(np.mean(amount ** 2)))
+
+
+def test_a_selecting_fit_shrinks_a_sparse_column_of_large_values_and_nothing_else():
+    """The default fit on CSR rows with a column of amounts (RMS about 115): the model equals, to rounding, the
+    one fitted on the rows with that column divided by its RMS beforehand (then no column exceeds 1 and the rows
+    train as stored) -- so the fit divided that column by its RMS and no other; a fixed run trains as stored."""
+    X, y = sparse_data(n=2000)
+    Xa, rms = _with_an_amount(X, seed=1)
+    pre = Xa.copy()
+    pre.data[pre.indices == X.shape[1]] /= rms
+    kw = dict(measure="prbep", random_state=0, validation_folds=1, max_passes=4)
+    raw, divided = NonDecomposableClassifier(**kw).fit(Xa, y), NonDecomposableClassifier(**kw).fit(pre, y)
+    assert [r["name"] for r in raw.selection_ if r["selected"]] == [r["name"] for r in divided.selection_
+                                                                    if r["selected"]]
+    np.testing.assert_allclose(raw.coef_[0, :-1], divided.coef_[0, :-1], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(raw.coef_[0, -1] * rms, divided.coef_[0, -1], rtol=1e-7, atol=1e-10)
+    fixed = dict(measure="prbep", eta=0.5, n_passes=2, buffer_size=100, random_state=1)
+    np.testing.assert_array_equal(NonDecomposableClassifier(**fixed).fit(Xa, y).coef_,
+                                  NonDecomposableClassifier(**fixed, standardize=False).fit(Xa, y).coef_)
+
+
+def test_engine_shrinks_a_sparse_column_as_the_estimator_does(cluster, tmp_path):
+    """The same rows as a sparse Parquet dataset: the engine's default (selecting) run takes the moments in its
+    validation pass and gives the estimator's model bit for bit."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    X, y = sparse_data(n=2000, seed=2)
+    Xa, _ = _with_an_amount(X, seed=3)
+    rows = [Xa[i] for i in range(Xa.shape[0])]
+    table = pa.table({"indices": pa.array([r.indices.tolist() for r in rows], pa.list_(pa.int32())),
+                      "values": pa.array([r.data.tolist() for r in rows], pa.list_(pa.float64())),
+                      "label": pa.array(y)})
+    meta = {b"nsdist": json.dumps({"n_features": Xa.shape[1]}).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), tmp_path / "part-0.parquet")
+    kw = dict(measure="prbep", random_state=0, validation_folds=1, max_passes=4)
+    model = train(str(tmp_path), client=cluster, **kw)
+    est = NonDecomposableClassifier(**kw).fit(*open_dataset(str(tmp_path)).read_partition(0, dtype="float64"))
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.intercept == float(est.intercept_[0])
+    assert model.history["selected"] == [r["name"] for r in est.selection_ if r["selected"]][0]

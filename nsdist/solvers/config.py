@@ -47,7 +47,7 @@ from ..losses.base import Loss
 from .kernel import Population
 from .measure import get_measure, make_loss
 from .plan import holdout_sizes
-from .scaling import Scaling, moments_of, scaling_from_moments
+from .scaling import Scaling, moments_of, scaling_from_moments, shrinking_scaling
 
 __all__ = ["TrainConfig", "Candidate", "SOLVERS", "STREAMING", "STEP_SCALES", "PAIRWISE_SURROGATES",
            "RANKING_CANDIDATES", "PAIRWISE_RANKING_CANDIDATES", "BOTH_SCHEDULES", "FULL_BATCH", "AUTO_FOLDS",
@@ -420,23 +420,32 @@ class TrainConfig:
                           tuple(c.batch for c in self.candidates))
 
     def scaling_for(self, X, rows: np.ndarray | None = None) -> Scaling | None:
-        """The feature scaling of a run trained on the rows ``X`` (``rows``: on ``X[rows]``; None:
-        ``standardize=False``)."""
-        return self.scaling_of(moments_of(X, rows=rows), sparse=issparse(X))
+        """The feature scaling of a run trained on the rows ``X`` (``rows``: on ``X[rows]``; None: none,
+        :meth:`scales`)."""
+        sparse = issparse(X)
+        return self.scaling_of(moments_of(X, rows=rows), sparse=sparse) if self.scales(sparse) else None
+
+    def scales(self, sparse: bool) -> bool:
+        """Whether the run scales its rows (and so needs their moments): with ``standardize``, dense rows
+        always; sparse rows when the fit selects -- a fixed run over sparse rows trains as stored, since in
+        the engine it reads no sample (its ranking cut is placed on the blocks the chain loaded last) and
+        its moments would cost one."""
+        return self.standardize and (self.selects or not sparse)
 
     def scaling_of(self, moments: tuple[int, np.ndarray, np.ndarray], *, sparse: bool) -> Scaling | None:
-        """The feature scaling of given moments ``(n, mean, m2)`` (None: ``standardize=False``).
+        """The feature scaling of given moments ``(n, mean, m2)`` (None: none, :meth:`scales`).
 
-        Sparse rows are not scaled: text-like features are usually normalised
-        already (tf-idf, L2 rows), and dividing each by its standard deviation
-        inflates the rare ones (on a generated 2^20-feature text set it took
-        E||x||^2 from 1 to 6 * 10^5 and halved Prec@1%); centring would also
-        densify them.  Dense rows are centred and scaled, but not centred when
-        ``fit_intercept=False`` -- centring is an intercept in disguise, and the
-        folded model must keep ``b = 0``.
+        Sparse rows are only shrunk (:func:`~nsdist.solvers.scaling.shrinking_scaling`: a column whose root
+        mean square exceeds 1 is divided by it): text-like features are usually normalised already (tf-idf,
+        L2 rows), and dividing each by its standard deviation inflates the rare ones (on a generated
+        2^20-feature text set it took E||x||^2 from 1 to 6 * 10^5 and halved Prec@1%); centring would also
+        densify them.  Dense rows are centred and scaled, but not centred when ``fit_intercept=False`` --
+        centring is an intercept in disguise, and the folded model must keep ``b = 0``.
         """
-        if not self.standardize or sparse:
+        if not self.scales(sparse):
             return None
+        if sparse:
+            return shrinking_scaling(*moments)
         return scaling_from_moments(*moments, center=self.fit_intercept)
 
     @property

@@ -12,6 +12,14 @@ all zeros::
 
     w . (x / scale) + b  =  (w / scale) . x  +  b
 
+and only **shrunk** (:func:`shrinking_scaling`): a sparse column is divided by
+its root mean square ``sqrt(E[x^2])`` where that exceeds 1, and left as stored
+elsewhere.  An indicator of frequency ``p`` has ``sqrt(p) <= 1``, a column of
+L2-normalised text at most 1: those keep their values (dividing a rare term by
+its small deviation inflates it, and the step size ``c / E||x||^2`` with it),
+while a raw amount or count beside one-hot columns no longer sets
+``E||x||^2`` for every feature.
+
 A feature that is constant (or never present) has ``scale = 1``.  Any scaling
 is a valid preconditioner -- the fold is exact -- so the moments may come from
 a sample of the rows (the validation rows, or a sample of whole partitions;
@@ -26,7 +34,7 @@ import numpy as np
 from .._sparse import issparse
 from .kernel import stack_rows
 
-__all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "merge_moments", "row_moments", "moments_of",
+__all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "shrinking_scaling", "merge_moments", "row_moments", "moments_of",
            "chunked_moments"]
 
 
@@ -119,6 +127,15 @@ def scaling_from_moments(n: int, mean: np.ndarray, m2: np.ndarray, *, center: bo
     return Scaling(mean=mean if center else np.zeros_like(mean), scale=scale, centered=center)
 
 
+def shrinking_scaling(n: int, mean: np.ndarray, m2: np.ndarray) -> Scaling | None:
+    """Sparse rows' scaling (module doc): each column whose root mean square ``sqrt(mean^2 + m2 / n)`` exceeds
+    1 is divided by it, never centred; None when no column exceeds 1 (the rows train as stored)."""
+    rms = np.sqrt(mean ** 2 + m2 / max(n, 1))
+    if not (rms > 1.0).any():
+        return None
+    return Scaling(mean=np.zeros_like(mean), scale=np.where(rms > 1.0, rms, 1.0), centered=False)
+
+
 def merge_moments(parts: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
     """The moments of the union of row blocks, combined in order (Chan, Golub & LeVeque's update)."""
     n, mean, m2 = parts[0]
@@ -143,7 +160,8 @@ def row_moments(X) -> tuple[int, np.ndarray, np.ndarray]:
         mean = np.bincount(col, weights=X.data, minlength=d) / max(n, 1)
         stored = np.bincount(col, minlength=d)
         # stored entries about the mean, plus the implicit zeros, each (0 - mean)^2
-        m2 = np.bincount(col, weights=(X.data - mean[col]) ** 2, minlength=d)
+        # (float64 even when nothing is stored: numpy's bincount of no values is int64, weights or not)
+        m2 = np.bincount(col, weights=(X.data - mean[col]) ** 2, minlength=d).astype(np.float64)
         m2 += (n - stored) * mean ** 2
         return n, mean, m2
     mean = X.mean(axis=0)
