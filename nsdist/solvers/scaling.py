@@ -34,8 +34,8 @@ import numpy as np
 from .._sparse import issparse
 from .kernel import stack_rows
 
-__all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "shrinking_scaling", "merge_moments", "row_moments", "moments_of",
-           "chunked_moments"]
+__all__ = ["Scaling", "scaling_from_rows", "scaling_from_moments", "shrinking_scaling", "merge_moments",
+           "row_moments", "moments_of", "chunked_moments"]
 
 
 @dataclass(frozen=True)
