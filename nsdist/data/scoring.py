@@ -38,7 +38,7 @@ from nsdist.data.dataset import Dataset, _read_footer
 from nsdist.data.fs import resolve
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
-from nsdist.data.sources import infer_format
+from nsdist.data.sources import category_codes, category_text, infer_format
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -291,12 +291,8 @@ def _with_one_hot(X: np.ndarray, batch: pa.RecordBatch, onehot: dict[str, dict[s
 def _one_hot_codes(column: pa.Array, values: list[str]) -> tuple[np.ndarray, tuple[int, str] | None]:
     """Each row's position in ``values`` (-1: none) of its text, cleaned as ingest cleans it; and
     ``(rows with a value not in values, the first such value)``, or None."""
-    import pyarrow.compute as pc
-
-    from nsdist.data.labels import clean_strings
-
-    text = clean_strings(pc.cast(column, pa.string()))
-    codes = pc.index_in(text, value_set=pa.array(values, pa.string())).to_numpy(zero_copy_only=False)
+    text = category_text(column)
+    codes = category_codes(text, values)
     codes = np.where(np.isnan(codes), -1, codes).astype(np.int64)
     missing = np.flatnonzero(codes < 0)
     return codes, ((int(missing.size), text[int(missing[0])].as_py()) if missing.size else None)

@@ -52,8 +52,8 @@ from nsdist.data.readers import CsvLayout, TextBlock, parse_csv, parse_svmlight,
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["FORMATS", "infer_format", "open_source", "Summary", "Source",
-           "SvmlightSource", "CsvSource", "ParquetSource"]
+__all__ = ["FORMATS", "infer_format", "open_source", "category_text", "category_codes", "one_hot_csr", "Summary",
+           "Source", "SvmlightSource", "CsvSource", "ParquetSource"]
 
 FORMATS = ("svmlight", "csv", "parquet")
 _SUFFIX_FORMATS = {**dict.fromkeys((".svm", ".libsvm", ".svmlight", ".t", ".tr", ".trn", ".tst", ".val"),
@@ -236,7 +236,7 @@ class CsvSource(TextFileSource):
         for j in range(len(layout.names)):
             if j in layout.categorical:
                 k = layout.categorical.index(j)
-                fields.append((_codes(rows.categorical[k], self.categories[k]), len(self.categories[k])))
+                fields.append((category_codes(rows.categorical[k], self.categories[k]), len(self.categories[k])))
             elif j != layout.label:
                 fields.append((rows.numeric[:, layout.numeric.index(j)], None))
         return one_hot_csr(len(rows.labels), fields, dtype)
@@ -309,7 +309,7 @@ class ParquetSource:
                 fields.append((X[:, numeric[column]], None))
             else:
                 k = self.categorical.index(column)
-                fields.append((_codes(texts[k], self.categories[k]), len(self.categories[k])))
+                fields.append((category_codes(texts[k], self.categories[k]), len(self.categories[k])))
         return one_hot_csr(len(y), fields, dtype), y
 
     def _category_text(self, block: int) -> list[pa.Array]:
@@ -322,7 +322,7 @@ class ParquetSource:
                 raise ValueError(f"{self.dataset.partition_name(block)}: row {row}: categorical column {column!r} "
                                  "is missing (null)")
             try:
-                out.append(clean_strings(pc.cast(values, pa.string())))
+                out.append(category_text(values))
             except pa.ArrowException as exc:
                 raise ValueError(f"{self.dataset.partition_name(block)}: categorical column {column!r} of type "
                                  f"{values.type} cannot be read as text ({exc})") from None
@@ -336,7 +336,13 @@ class ParquetSource:
                 "categories": {c: list(v) for c, v in zip(self.categorical, self.categories or ())}}
 
 
-def _codes(text: pa.Array, categories: Sequence[str]) -> np.ndarray:
+def category_text(values: pa.Array) -> pa.Array:
+    """A column of categories as the text ingest compares (any type Arrow casts to text; spaces and quotes
+    around it stripped, as CSV fields are)."""
+    return clean_strings(pc.cast(values, pa.string()))
+
+
+def category_codes(text: pa.Array, categories: Sequence[str]) -> np.ndarray:
     """Each row's position in ``categories`` (NaN: none of them)."""
     return pc.index_in(text, value_set=pa.array(categories, pa.string())).to_numpy(zero_copy_only=False)
 
