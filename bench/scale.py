@@ -39,11 +39,18 @@ quality  Test pAUC(0, 0.1) at K = 1, 2, 4, 8 on the bundled data sets
          holdout at every K (the mixing's effect alone), and at K = 1 as the
          default chooses (K-fold selection on few positives), for each
          ``--quality-seeds`` seed (the selection's winner moves with the seed).
+onefile  The main files' rows as one file of ``--files`` row groups, as a user
+         may have them (one export): the explicit 1-pass job on it and on the
+         files, and the scan of its row groups, each on a fresh cluster; the
+         file is read as one partition per row group (``SPLIT_BYTES``), so the
+         model is the files' model to the bit (checked), at the files' speed
+         and memory.
 cost     A cost model for 16 and 64 workers from the measured sched numbers.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import math
@@ -70,7 +77,7 @@ from nsdist import metrics  # noqa: E402
 from nsdist.api import open_dataset, train  # noqa: E402
 from nsdist.data.fs import atomic_write_bytes  # noqa: E402
 
-ALL_PARTS = ("main", "tpw", "sched", "rss", "dp", "quality", "cost")
+ALL_PARTS = ("main", "tpw", "sched", "rss", "dp", "quality", "onefile", "cost")
 SHARED = Path("/work/shared/data")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,6 +108,20 @@ def make_dataset(root: Path, n_files: int, rows_per_file: int, d: int, pos_rate:
 
 def files_of(root: Path) -> list[str]:
     return sorted(str(p) for p in root.glob("part-*.parquet"))
+
+
+def one_file(root: Path) -> Path:
+    """The files of ``root`` as the row groups of one file (``root``-one.parquet), in file order."""
+    path = root.with_name(root.name + "-one.parquet")
+    if not path.exists():
+        files = files_of(root)
+        tmp = path.with_suffix(".tmp")
+        with pq.ParquetWriter(tmp, pq.read_schema(files[0]), compression="snappy") as writer:
+            for f in files:
+                table = pq.read_table(f)
+                writer.write_table(table, row_group_size=table.num_rows)
+        tmp.rename(path)
+    return path
 
 
 def load_arrays(root: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -159,10 +180,23 @@ def _scan_partition(path: str) -> int:
     return X.shape[0]
 
 
+def _scan_row_group(path: str, group: int) -> int:
+    table = pq.ParquetFile(path).read_row_group(group)
+    names = [n for n in table.column_names if n != "label"]
+    X = np.column_stack([table.column(n).to_numpy() for n in names])
+    assert X.shape[0] == table.column("label").to_numpy().shape[0]
+    return X.shape[0]
+
+
 def scan(client: Client, root: Path) -> dict:
-    """The bare scan: every file read and converted to numpy (X, y), on the workers."""
+    """The bare scan: every file (of a single file: every row group) read and converted to numpy (X, y), on
+    the workers."""
     t0 = time.perf_counter()
-    rows = sum(client.gather(client.map(_scan_partition, files_of(root), pure=False)))
+    if root.is_file():
+        groups = range(pq.ParquetFile(root).metadata.num_row_groups)
+        rows = sum(client.gather(client.map(_scan_row_group, [str(root)] * len(groups), groups, pure=False)))
+    else:
+        rows = sum(client.gather(client.map(_scan_partition, files_of(root), pure=False)))
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "rows": rows, "rows_per_s": rows / seconds, "loadavg_1min": os.getloadavg()[0]}
 
@@ -184,14 +218,15 @@ def nsdist_job(client: Client, root: Path, kind: str, args, test=None, n_rows: i
     h = model.history
     phases = dict(h.get("phases", {}))
     phases["other"] = seconds - sum(phases.values())     # open (footers), moments, resolve, plan, history
-    n_rows = n_rows or sum(pq.ParquetFile(f).metadata.num_rows for f in files_of(root))
+    n_rows = n_rows or sum(pq.ParquetFile(f).metadata.num_rows for f in ([root] if root.is_file() else files_of(root)))
     passes = int(h.get("passes") or 0)
     r = {"seconds": seconds, "save_seconds": save_s, "phases": phases, "passes": passes,
          "rows_seen": int(h.get("rows_seen", 0)), "rows_read": passes * n_rows,
          "rows_per_s": passes * n_rows / seconds, "chain_seconds": phases.get("chain"),
          "chain_rows_per_s": passes * n_rows / phases["chain"] if phases.get("chain") else None,
          "selected": h.get("selected"), "eta": model.params.get("eta"), "rss_mb": peak_rss_mb(client),
-         "loadavg_1min": os.getloadavg()[0]}
+         "loadavg_1min": os.getloadavg()[0], "partitions": len(open_dataset(str(root)).partitions),
+         "model_sha256": hashlib.sha256(model.coef.tobytes() + np.float64(model.intercept).tobytes()).hexdigest()}
     if test is not None:
         s = model.decision_function(test[0])
         r["test_pauc"] = metrics.partial_auc(test[1], s, 0.1)
@@ -382,6 +417,33 @@ def part_rss(args, res: dict) -> None:
                           "phases": m["phases"]}
         print(f"  rss {rows:,}: {out[str(rows)]}", flush=True)
     res["rss"] = out
+
+
+def part_onefile(args, root: Path, res: dict) -> None:
+    """The explicit 1-pass job on the files and on their rows as one file, and the scans, interleaved."""
+    path = one_file(root)
+    kinds = {"files": root, "one file": path}
+    runs: dict = {k: {"job": [], "scan": []} for k in kinds}
+    for rep in range(args.repeats):
+        for kind, src in kinds.items():
+            runs[kind]["scan"].append(measured(args, lambda c: scan(c, src)))
+            r = measured(args, lambda c: nsdist_job(c, src, "explicit1", args))
+            runs[kind]["job"].append(r)
+            print(f"  rep {rep} {kind}: {r['seconds']:.2f} s, {r['partitions']} partitions, worker peak "
+                  f"{max(v for k, v in r['rss_mb'].items() if k.startswith('worker')):.0f} MB; scan "
+                  f"{runs[kind]['scan'][-1]['seconds']:.2f} s", flush=True)
+    out = {}
+    for kind, v in runs.items():
+        jobs = v["job"]
+        out[kind] = {"partitions": jobs[0]["partitions"], "seconds": med(jobs, "seconds"),
+                     "rows_per_s": med(jobs, "rows_per_s"), "scan_rows_per_s": med(v["scan"], "rows_per_s"),
+                     "ratio_vs_scan": med(jobs, "rows_per_s") / med(v["scan"], "rows_per_s"),
+                     "max_worker_rss_mb": statistics.median(
+                         max(x for k, x in r["rss_mb"].items() if k.startswith("worker")) for r in jobs),
+                     "models": sorted({r["model_sha256"][:16] for r in jobs}), "runs": jobs}
+    out["file_bytes"] = path.stat().st_size
+    out["same_model"] = out["files"]["models"] == out["one file"]["models"] and len(out["files"]["models"]) == 1
+    res["onefile"] = out
 
 
 DP_MODES = ("population", "population-2pmb", "single")
@@ -754,6 +816,20 @@ def write_report(r: dict, out: Path, command: str) -> None:
                 L.append(f"| {int(n):,} | {v['files']} | {v['seconds']:.2f} | {v['rows_per_s']:,.0f} | "
                          f"{v['ratio_vs_scan']:.2f} | {v['max_worker_rss_mb']:.0f} | {v['rss_mb']['driver']:.0f} |")
         L.append("")
+    if "onefile" in r:
+        o = r["onefile"]
+        L += [f"## One large file: the main files' rows as one file of {o['one file']['partitions']} row groups "
+              f"({o['file_bytes'] / 2**20:,.0f} MiB)", "",
+              "A file of more than `SPLIT_BYTES` (128 MiB) is read as several partitions, runs of its row groups "
+              "(docs/engine.md §Dataset format).  Explicit 1-pass job (as in the main part) and the scan (of the "
+              f"files; of the file's row groups), each on a fresh cluster; medians of {a['repeats']} runs.", "",
+              "| data | partitions | whole call s | rows/s | vs its scan | max worker peak RSS MB | model |",
+              "|---|---|---|---|---|---|---|"]
+        for kind in ("files", "one file"):
+            v = o[kind]
+            L.append(f"| {kind} | {v['partitions']} | {v['seconds']:.2f} | {v['rows_per_s']:,.0f} | "
+                     f"{v['ratio_vs_scan']:.2f} | {v['max_worker_rss_mb']:.0f} | {', '.join(v['models'])} |")
+        L += ["", f"The same model from the one file as from the files: **{'yes' if o['same_model'] else 'NO'}**.", ""]
     if "dp" in r:
         L += ["## Data-parallel: K=1 vs K=2 on 2 cores", "",
               "Medians of `runs` fresh-cluster runs (tpw=1) a setting, K=1 and K=2 alternating.  "
@@ -927,7 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
     main_key = "tpw" if "tpw" in args.parts and "main" not in args.parts else "main"   # tpw runs inside main
     runs = {main_key: lambda: part_main(args, root, test, res), "sched": lambda: part_sched(args, root, res),
             "rss": lambda: part_rss(args, res), "dp": lambda: part_dp(args, root, res),
-            "quality": lambda: part_quality(args, res, report)}
+            "quality": lambda: part_quality(args, res, report), "onefile": lambda: part_onefile(args, root, res)}
     for name, run in runs.items():
         if name in args.parts:
             print(f"[{time.strftime('%H:%M:%S')}] part {name}", flush=True)

@@ -137,6 +137,88 @@ def test_fingerprint(tmp_path):
     assert changed.partitions[1].fingerprint != first.partitions[1].fingerprint
 
 
+def _row_group_file(path, groups: list[int], *, nan_at: tuple[int, int] | None = None) -> pa.Table:
+    """A Parquet file of row groups of these sizes (3 float64 features, labels alternating); the whole table."""
+    n = sum(groups)
+    b = np.arange(n, dtype=float)
+    if nan_at is not None:
+        b[sum(groups[:nan_at[0]]) + nan_at[1]] = np.nan
+    table = pa.table({"a": RNG.normal(size=n), "b": b, "c": -b, "label": np.arange(n) % 3 == 0})
+    with pq.ParquetWriter(path, table.schema) as writer:
+        start = 0
+        for size in groups:
+            writer.write_table(table.slice(start, size), row_group_size=max(size, 1))
+            start += size
+    return table
+
+
+def test_a_large_file_is_read_as_runs_of_its_row_groups(tmp_path, monkeypatch):
+    import nsdist.data.dataset as dataset_module
+
+    groups = [40, 40, 40, 90, 10, 40]
+    table = _row_group_file(tmp_path / "big.parquet", groups)
+    footer = pq.ParquetFile(tmp_path / "big.parquet").metadata
+    sizes = [footer.row_group(r).total_byte_size for r in range(footer.num_row_groups)]
+    whole = Dataset.open(tmp_path / "big.parquet")
+    assert len(whole.partitions) == 1 and whole.partitions[0].row_groups is None     # small: one partition
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", sizes[0] + sizes[1])          # two 40-row groups a run
+    ds = Dataset.open(tmp_path / "big.parquet")
+    runs = [p.row_groups for p in ds.partitions]
+    assert runs[0] == (0, 2) and runs[1][0] == 2 and runs[-1][1] == len(groups)
+    for (a, b), (c, _) in zip(runs, runs[1:]):
+        assert b == c                                                               # consecutive, covering
+    for a, b in runs:                                                               # within the cap, or one group
+        assert sum(sizes[a:b]) <= dataset_module.SPLIT_BYTES or b == a + 1
+        assert b == len(groups) or sum(sizes[a:b + 1]) > dataset_module.SPLIT_BYTES  # greedy: no room for the next
+    assert [p.num_rows for p in ds.partitions] == [sum(groups[a:b]) for a, b in runs]
+    assert [p.row_offset for p in ds.partitions] == [p.file_row for p in ds.partitions] == \
+        list(np.cumsum([0] + [p.num_rows for p in ds.partitions])[:-1])
+    assert ds.num_rows == whole.num_rows == table.num_rows
+    X = np.vstack([ds.read_partition(i)[0] for i in range(len(ds.partitions))])
+    np.testing.assert_array_equal(X, whole.read_partition(0)[0])
+    for i, p in enumerate(ds.partitions):
+        y = ds.read_labels(i)
+        assert p.label_range == (y.min() > 0, y.max() > 0)                     # that run's own statistics
+    assert len({p.fingerprint for p in ds.partitions} | {whole.partitions[0].fingerprint}) == len(runs) + 1
+    assert ds.partition_name(0) == f"{tmp_path / 'big.parquet'} (partition 0: row groups 0-1, whose row 0 is " \
+                                   "the file's row 0)"
+
+
+def test_a_row_of_a_part_of_a_file_is_named_by_its_row_groups(tmp_path, monkeypatch):
+    import nsdist.data.dataset as dataset_module
+
+    _row_group_file(tmp_path / "big.parquet", [30, 30, 30], nan_at=(2, 7))
+    footer = pq.ParquetFile(tmp_path / "big.parquet").metadata
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", footer.row_group(0).total_byte_size)
+    ds = Dataset.open(tmp_path / "big.parquet")
+    assert [p.row_groups for p in ds.partitions] == [(0, 1), (1, 2), (2, 3)]
+    ds.read_partition(1)
+    with pytest.raises(ValueError, match=re.escape("big.parquet (partition 2: row group 2, whose row 0 is the "
+                                                   "file's row 60): row 7: feature 'b' = nan is not finite")):
+        ds.read_partition(2)
+
+
+def test_an_ingested_dataset_keeps_its_sidecar_counts_when_its_files_are_split(tmp_path, monkeypatch):
+    import nsdist
+    import nsdist.data.dataset as dataset_module
+    import nsdist.data.layout as layout
+
+    rows = [f"{1 if i % 7 == 0 else -1} " + " ".join(f"{j + 1}:{(i + j) % 5 + 1}" for j in range(i % 4, 12, 3))
+            for i in range(600)]
+    (tmp_path / "in.svm").write_text("\n".join(rows) + "\n")
+    monkeypatch.setattr(layout, "ROW_GROUP_NNZ", 200)                # several row groups a file
+    nsdist.ingest(str(tmp_path / "in.svm"), str(tmp_path / "ds"), format="svmlight", rows_per_partition=300,
+                  layout="sparse")
+    before = Dataset.open(tmp_path / "ds")
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", 1)            # every row group a partition
+    after = Dataset.open(tmp_path / "ds")
+    assert len(before.partitions) == 2 and len(after.partitions) > 4
+    assert after.metadata["positives"] == before.metadata["positives"] == sum(i % 7 == 0 for i in range(600))
+    assert sum(p.nnz for p in after.partitions) == sum(p.nnz for p in before.partitions)
+    assert sum(p.nnz for p in after.partitions[:2]) == after.read_partition(0)[0].nnz + \
+        after.read_partition(1)[0].nnz
+
+
 # ----------------------------------------------------------------------------- errors
 
 

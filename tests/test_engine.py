@@ -234,6 +234,31 @@ def test_shuffled_single_partition_equals_in_memory(cluster, tmp_path, letter):
     np.testing.assert_array_equal(model.coef, est.coef_.ravel())
 
 
+def test_a_file_larger_than_a_partition_trains_as_the_same_rows_in_one_file_per_row_group(cluster, tmp_path):
+    from nsdist.data.dataset import SPLIT_BYTES
+
+    rng = np.random.default_rng(3)
+    n, d = 300_000, 32                       # 77 MB of float64 features a row group: two are over SPLIT_BYTES
+    with pq.ParquetWriter(tmp_path / "big.parquet", pa.schema([(f"f{j}", pa.float64()) for j in range(d)] +
+                                                             [("label", pa.int8())])) as writer:
+        (tmp_path / "files").mkdir()
+        for g in range(2):
+            X = rng.normal(size=(n, d))
+            y = np.where(X[:, 0] + X[:, 1] + rng.normal(size=n) > 3.5, 1, -1).astype(np.int8)
+            table = pa.table({**{f"f{j}": X[:, j] for j in range(d)}, "label": y})
+            writer.write_table(table, row_group_size=n)
+            pq.write_table(table, tmp_path / "files" / f"part-{g}.parquet")
+    big = open_dataset(str(tmp_path / "big.parquet"))
+    footer = pq.ParquetFile(tmp_path / "big.parquet").metadata
+    assert footer.row_group(0).total_byte_size + footer.row_group(1).total_byte_size > SPLIT_BYTES
+    assert [(p.row_groups, p.num_rows, p.row_offset) for p in big.partitions] == [((0, 1), n, 0), ((1, 2), n, n)]
+    params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=2, standardize=False, random_state=5)
+    model = train(big, client=cluster, **params)
+    files = train(str(tmp_path / "files"), client=cluster, **params)
+    np.testing.assert_array_equal(model.coef, files.coef)
+    assert model.intercept == files.intercept and model.history["rows_seen"] == files.history["rows_seen"] == 4 * n
+
+
 @pytest.mark.parametrize("folds", ["auto", 1])
 @pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
 def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path, letter, measure, folds):

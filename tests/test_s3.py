@@ -263,6 +263,28 @@ def test_the_defaults_k_fold_selection_reads_s3_on_the_workers_and_is_the_estima
     assert model.intercept == float(est.intercept_[0])
 
 
+def test_a_large_file_on_s3_is_read_by_runs_of_its_row_groups_on_the_workers(s3, cluster, monkeypatch, tmp_path):
+    """A file read as several partitions (docs/engine.md §Dataset format): the workers read only their row
+    groups' byte ranges from the bucket, and the model is the estimator's on the file's rows, bit for bit."""
+    import nsdist
+    import nsdist.data.dataset as dataset_module
+
+    X, y = letter_rows(6000)
+    table = pa.table({**{f"f{j}": X[:, j] for j in range(X.shape[1])}, "label": y})
+    pq.write_table(table, tmp_path / "one.parquet", row_group_size=1000)
+    s3.filesystem().put(str(tmp_path / "one.parquet"), s3.url("big/one.parquet"))
+    footer = pq.ParquetFile(tmp_path / "one.parquet").metadata
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", footer.row_group(0).total_byte_size)   # in this driver
+    ds = Dataset.open(s3.url("big/one.parquet"), storage_options=s3.options)
+    assert [p.row_groups for p in ds.partitions] == [(g, g + 1) for g in range(6)]
+    params = dict(measure="pauc", solver="1pmb", buffer_size=500, eta=0.05, n_passes=2, shuffle=False,
+                  standardize=False, random_state=3)
+    model = api.train(ds, client=cluster.address, **params)
+    est = nsdist.NonDecomposableClassifier(**params).fit(X, y)
+    np.testing.assert_array_equal(model.coef, est.coef_.ravel())
+    assert model.history["rows_seen"] == 2 * len(y)
+
+
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
          "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 
