@@ -164,11 +164,16 @@ def _split(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str]:
 
 
 def _log_datasets(train: Dataset, test: Dataset, role: str) -> None:
+    from .data.dataset import SPLIT_BYTES
+
     if role == "training":
         log.warning("no test data (dataset.test_url or dataset.holdout): metrics.json reports the training data")
     for name, ds in dict.fromkeys([("training", train), (role, test)]):
-        log.info("%s data: %s, %d rows, %d features, %d partitions, fingerprint %s", name, ds.url, ds.num_rows,
-                 ds.n_features, len(ds.partitions), ds.fingerprint[:12])
+        split = len({p.path for p in ds.partitions if p.row_groups is not None})
+        log.info("%s data: %s, %d rows, %d features, %d partitions%s, fingerprint %s", name, ds.url, ds.num_rows,
+                 ds.n_features, len(ds.partitions),
+                 f" ({split} file(s) over {SPLIT_BYTES // 2**20} MiB read as runs of row groups)" if split else "",
+                 ds.fingerprint[:12])
 
 
 #: training rows read to look for a feature that separates the classes by itself

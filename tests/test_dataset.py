@@ -184,14 +184,20 @@ def test_a_large_file_is_read_as_runs_of_its_row_groups(tmp_path, monkeypatch):
                                    "the file's row 0)"
 
 
-def test_a_row_of_a_part_of_a_file_is_named_by_its_row_groups(tmp_path, monkeypatch):
+def test_a_row_of_a_part_of_a_file_is_named_by_its_row_groups(tmp_path, monkeypatch, caplog):
+    import logging
+
     import nsdist.data.dataset as dataset_module
+    from nsdist.run import _log_datasets
 
     _row_group_file(tmp_path / "big.parquet", [30, 30, 30], nan_at=(2, 7))
     footer = pq.ParquetFile(tmp_path / "big.parquet").metadata
     monkeypatch.setattr(dataset_module, "SPLIT_BYTES", footer.row_group(0).total_byte_size)
     ds = Dataset.open(tmp_path / "big.parquet")
     assert [p.row_groups for p in ds.partitions] == [(0, 1), (1, 2), (2, 3)]
+    with caplog.at_level(logging.INFO, logger="nsdist"):
+        _log_datasets(ds, ds, "holdout")
+    assert "90 rows, 3 features, 3 partitions (1 file(s) over 0 MiB read as runs of row groups)" in caplog.text
     ds.read_partition(1)
     with pytest.raises(ValueError, match=re.escape("big.parquet (partition 2: row group 2, whose row 0 is the "
                                                    "file's row 60): row 7: feature 'b' = nan is not finite")):
