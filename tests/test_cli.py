@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from distributed import LocalCluster
 from PIL import Image
@@ -141,6 +143,23 @@ def test_predict_reads_a_parquet_dataset(run, env):
     np.testing.assert_array_equal(scores["label"], y)
     np.testing.assert_allclose(scores["score"], load_model(str(run["out"] / "model")).decision_function(X),
                                rtol=1e-12)
+
+
+def test_predict_scores_a_file_in_batches_of_a_bounded_size(run, tmp_path, monkeypatch):
+    """Scoring streams: one row group of 5,000 rows is decoded in batches of SCAN_BYTES as float64, not whole."""
+    from nsdist.data import scoring
+
+    X, y = load_rows(Dataset.open(str(run["data"])), 5000)
+    names = [f"col{j}" for j in range(1, 17)]
+    pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "label": y}), tmp_path / "one.parquet",
+                   row_group_size=5000)
+    monkeypatch.setattr(scoring, "SCAN_BYTES", 8 * 17 * 1500)           # 1,500 rows of the 17 columns
+    model = load_model(str(run["out"] / "model"))
+    batches = list(scoring.table_rows(model, str(tmp_path / "one.parquet")))
+    assert max(len(s) for _, s in batches) == 1500 and sum(len(s) for _, s in batches) == 5000
+    scores = np.concatenate([s for _, s in batches])
+    np.testing.assert_array_equal(np.concatenate([c.column("label").to_numpy() for c, _ in batches]), y)
+    np.testing.assert_allclose(scores, model.decision_function(X), rtol=1e-12)
 
 
 def test_predict_to_csv(run, env):
