@@ -33,6 +33,7 @@ log = logging.getLogger("nsdist")
 
 SCHEDULER_HELP = ("address of a running Dask scheduler (tcp://host:8786); default: $DASK_SCHEDULER_ADDRESS, "
                   "else an embedded LocalCluster starts and its dashboard link is printed")
+NO_PROGRESS_HELP = "no progress bar (it is off when stderr is not a terminal)"
 
 #: ``nsdist train`` shorthands: (option, job key, metavar, help); each is a ``--set KEY=VALUE``
 TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
@@ -154,6 +155,7 @@ def _add_ingest(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP)
     _add_storage_options(p)
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(run=_cmd_ingest)
 
 
@@ -187,8 +189,7 @@ def _add_train(sub) -> None:
                    help="continue a killed streamed run from the checkpoint in the run directory (a job that fits "
                         "in memory -- K-fold selection, ftrl, psg, cp -- writes none: run it again instead)")
     _add_storage_options(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (it is off when stderr is not a "
-                   "terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(run=_cmd_train)
 
 
@@ -324,6 +325,7 @@ def _cmd_ingest(args) -> int:
     from . import api
     from .engine.cluster import connect
     from .jobs import IngestSpec, validate
+    from .progress import IngestBar
     from .run import announce, categories_of, check_ingest
 
     column = args.label_column
@@ -337,10 +339,10 @@ def _cmd_ingest(args) -> int:
     options = {**spec.options(), **categories_of(args.categories_of, args.categorical, _storage(args) or None)}
     check_ingest(spec.src, options, args.dst, overwrite=args.overwrite, storage_options=_storage(args) or None)
     with connect(args.scheduler, processes=False, n_workers=1, threads_per_worker=min(4, os.cpu_count() or 1),
-                 quiet=True) as client:  # like nsdist.ingest: in-process workers unless --scheduler
-        announce(client)
+                 quiet=True) as client, IngestBar(enabled=False if args.no_progress else None) as bar:
+        announce(client)      # like nsdist.ingest: in-process workers unless --scheduler
         ds = api.ingest(spec.src, args.dst, **options, overwrite=args.overwrite, client=client,
-                        storage_options=_storage(args) or None)
+                        storage_options=_storage(args) or None, on_progress=bar)
     print(f"{args.dst}: {plural(ds.num_rows, 'row')} ({ds.metadata.get('positives')} positive), "
           f"{plural(ds.n_features, 'feature')}, {plural(len(ds.partitions), 'partition')}")
     return 0

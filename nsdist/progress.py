@@ -1,4 +1,5 @@
-"""The driver's progress bar while a model trains (one tick per partition step, or per K-fold fit)."""
+"""The driver's progress bars: while a model trains (one tick per partition step, or per K-fold fit), and while
+``nsdist ingest`` converts its input (one tick per task of each of its three stages)."""
 from __future__ import annotations
 
 import math
@@ -7,9 +8,10 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from .data.ingestion import IngestProgress
 from .engine.chain import ChainProgress
 
-__all__ = ["TrainingBar", "progress_text"]
+__all__ = ["TrainingBar", "IngestBar", "progress_text"]
 
 
 def progress_text(p: ChainProgress) -> str:
@@ -70,6 +72,46 @@ class TrainingBar:
             self._bar.close()
 
     def __enter__(self) -> "TrainingBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class IngestBar:
+    """A tqdm bar per stage of an ingest, fed by :class:`~nsdist.data.ingestion.IngestProgress` reports.
+
+    ``ingest 1/3: reading``, ``2/3: shuffling``, ``3/3: writing``: the stage's tasks
+    (chunks of the input; partitions written) out of its total (the first read of a
+    text input counts them as it goes) and the rows they hold.  Use it as the
+    ``on_progress`` callback of :func:`nsdist.ingest`, inside a ``with`` block.
+    ``file`` and ``enabled`` as :class:`TrainingBar`'s.
+    """
+
+    LABELS = {"read": ("reading", "chunk"), "shuffle": ("shuffling", "chunk"), "write": ("writing", "partition")}
+
+    def __init__(self, *, file: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.file = file or sys.stderr
+        self.enabled = self.file.isatty() if enabled is None else enabled
+        self._bar: tqdm | None = None
+        self._stage: str | None = None
+
+    def __call__(self, p: IngestProgress) -> None:
+        if p.stage != self._stage:
+            self.close()
+            label, unit = self.LABELS[p.stage]
+            self._bar = tqdm(total=p.total, unit=unit, desc=f"ingest {p.stage_index}/3: {label}",
+                             file=self.file, disable=not self.enabled, dynamic_ncols=True)
+            self._stage = p.stage
+        self._bar.set_postfix_str(f"{p.rows:,} rows", refresh=False)
+        self._bar.update(p.done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "IngestBar":
         return self
 
     def __exit__(self, *exc) -> None:

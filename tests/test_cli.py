@@ -331,6 +331,26 @@ def test_progress_bar_shows_pass_partition_rate_and_loss_only_on_a_terminal():
     assert "best on validation 0.8125, 2 alive" in folds.getvalue() and "pass" not in folds.getvalue()
 
 
+def test_ingest_progress_bar_draws_each_stage_only_on_a_terminal():
+    from nsdist.data.ingestion import IngestProgress
+    from nsdist.progress import IngestBar
+
+    reports = ([IngestProgress("read", 1, i, None, 6000 * i) for i in (1, 2, 3)]
+               + [IngestProgress("shuffle", 2, i, 3, 6000 * i) for i in (1, 2, 3)]
+               + [IngestProgress("write", 3, i, 8, 2500 * i) for i in range(1, 9)])
+    drawn, quiet = io.StringIO(), io.StringIO()
+    for stream, enabled in ((drawn, True), (quiet, None)):       # a StringIO is not a terminal
+        with IngestBar(file=stream, enabled=enabled) as bar:
+            for report in reports:
+                bar(report)
+    text = drawn.getvalue()
+    assert "ingest 1/3: reading" in text and "3chunk" in text.replace(" ", "") and "18,000 rows" in text
+    assert "ingest 2/3: shuffling" in text and "3/3" in text
+    assert "ingest 3/3: writing" in text and "8/8" in text and "20,000 rows" in text
+    assert text.index("1/3: reading") < text.index("2/3: shuffling") < text.index("3/3: writing")
+    assert quiet.getvalue() == ""
+
+
 def test_every_subcommand_help_explains_every_option_with_an_example():
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

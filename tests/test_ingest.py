@@ -177,6 +177,31 @@ def test_parquet_to_parquet(tmp_path, dask_client):
         ingest(tmp_path / "user", tmp_path / "out3", positive="fruad", client=dask_client)
 
 
+@pytest.mark.parametrize("source", ["csv", "parquet"])
+def test_progress_is_reported_task_by_task_for_each_stage(repo_data, tmp_path, dask_client, source):
+    """on_progress: every task of the read, shuffle and write stages, in that order, with the rows they hold;
+    the read's total is known for Parquet input (its partitions) and counted as it goes for text."""
+    src = repo_data / "letter" / "letter-recognition.data"
+    if source == "parquet":
+        src = ingest(src, tmp_path / "first", format="csv", label_column=0, positive="N", rows_per_partition=3000,
+                     client=dask_client).url
+    reports = []
+    ds = ingest(src, tmp_path / "out", format="csv" if source == "csv" else None,
+                **({"label_column": 0, "positive": "N", "chunk_rows": 6000} if source == "csv" else {}),
+                rows_per_partition=2500, client=dask_client, on_progress=reports.append)
+    stages = [r.stage for r in reports]
+    assert stages == sorted(stages, key=["read", "shuffle", "write"].index)         # stage after stage
+    for stage, index in (("read", 1), ("shuffle", 2), ("write", 3)):
+        mine = [r for r in reports if r.stage == stage]
+        assert [r.done for r in mine] == list(range(1, len(mine) + 1)) and {r.stage_index for r in mine} == {index}
+        assert mine[-1].rows == 20_000 and all(a.rows < b.rows for a, b in zip(mine, mine[1:]))
+    chunks = 7 if source == "parquet" else 4               # 7 partitions of the first ingest; 20,000 / 6,000 lines
+    assert {r.total for r in reports if r.stage == "read"} == ({chunks} if source == "parquet" else {None})
+    assert len([r for r in reports if r.stage == "read"]) == chunks
+    assert {r.total for r in reports if r.stage == "shuffle"} == {chunks}
+    assert {r.total for r in reports if r.stage == "write"} == {len(ds.partitions)} == {8}
+
+
 def test_memory_urls_both_sides(repo_data, memory_url, dask_client):
     src = f"{memory_url}/in/letter.csv.xz"
     with fsspec.open(src, "wb", compression="xz") as f:

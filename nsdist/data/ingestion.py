@@ -32,7 +32,7 @@ import logging
 import os
 import posixpath
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,12 +58,37 @@ from nsdist.data.sources import Categorical, Source, open_source
 
 log = logging.getLogger("nsdist.data")
 
-__all__ = ["ingest", "PARTITION_BYTES"]
+__all__ = ["ingest", "IngestProgress", "PARTITION_BYTES"]
 
 PARTITION_BYTES = 64 * 2**20
 _PARTITION_ROWS_RANGE = (1_000, 1_000_000)
 _LABEL = "label"
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """What :func:`ingest` reports to ``on_progress`` after each task of its three stages.
+
+    Attributes
+    ----------
+    stage : {"read", "shuffle", "write"}
+        1. read and check the input (the scan), 2. encode and shuffle it into the work directory
+        (the scatter), 3. write the partitions (the gather): the steps of the module docstring.
+    stage_index : int
+        1, 2 or 3.
+    done, total : int
+        Tasks of the stage finished, and its tasks (``total`` None while a text input's chunks are
+        still being counted: the first read of a text file finds them).
+    rows : int
+        Rows that the stage's finished tasks hold.
+    """
+
+    stage: str
+    stage_index: int
+    done: int
+    total: int | None
+    rows: int
 
 
 def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None = None,
@@ -74,7 +99,8 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
            chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
            dtype: str = "float64", layout: str = "auto", overwrite: bool = False,
            storage_options: Mapping[str, Any] | None = None,
-           client: Client | str | None = None) -> Dataset:
+           client: Client | str | None = None,
+           on_progress: Callable[[IngestProgress], None] | None = None) -> Dataset:
     """Convert ``src`` into a Parquet dataset at ``dst`` and open it.
 
     Parameters
@@ -148,6 +174,9 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         if set, else an in-process ``LocalCluster`` (``processes=False``: one
         worker, up to 4 threads, logging silenced - task errors are raised
         here), closed afterwards (see :func:`nsdist.engine.cluster.connect`).
+    on_progress : callable, optional
+        Called with an :class:`IngestProgress` after each task (``nsdist ingest``
+        draws its progress bar with it, :class:`nsdist.progress.IngestBar`).
 
     Returns
     -------
@@ -195,7 +224,10 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     fs, out = resolve(dst, storage_options)
     check_absent(fs, out, overwrite=overwrite)
     with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:
-        summaries = _stream(dask, source.scan, ((b,) for b in source.blocks(options.chunk_rows)))
+        report = _Reporter(on_progress)
+        blocks = source.blocks(options.chunk_rows)
+        summaries = _stream(dask, source.scan, ((b,) for b in blocks),
+                            report("read", 1, len(blocks) if isinstance(blocks, Sized) else None, lambda s: s.rows))
         source = source.planned(summaries)
         n_rows, positives = sum(s.rows for s in summaries), sum(s.positives for s in summaries)
         if n_rows == 0:
@@ -213,8 +245,10 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
                                                                options.dtype), header_meta)
         fs.makedirs(job.work, exist_ok=True)
         scattered = _stream(dask, job.scatter,
-                            zip(range(len(counts)), source.blocks(options.chunk_rows), counts))
-        parts = _stream(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))))
+                            zip(range(len(counts)), source.blocks(options.chunk_rows), counts),
+                            report("shuffle", 2, len(counts), int))
+        parts = _stream(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))),
+                        report("write", 3, len(sizes), lambda part: part["num_rows"]))
         fs.rm(job.work, recursive=True)
         sidecar = {**header_meta, "partitions": parts,
                    "content_sha256": meta.sha256_json([p["sha256"] for p in parts])}
@@ -401,8 +435,30 @@ def _dask_client(client: Client | str | None):
                    quiet=True)
 
 
-def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> list:
-    """Run ``fn(*args)`` for each tuple of ``calls`` on ``client``, results in order.
+class _Reporter:
+    """Makes the ``on_result`` callbacks of one ingest's :func:`_stream` calls, which count the finished tasks
+    and their rows and report them to ``on_progress`` (None: callbacks that do nothing)."""
+
+    def __init__(self, on_progress: Callable[[IngestProgress], None] | None) -> None:
+        self.on_progress = on_progress
+
+    def __call__(self, stage: str, index: int, total: int | None,
+                 rows_of: Callable[[Any], int]) -> Callable[[Any], None] | None:
+        if self.on_progress is None:
+            return None
+        done = rows = 0
+
+        def on_result(result: Any) -> None:
+            nonlocal done, rows
+            done, rows = done + 1, rows + rows_of(result)
+            self.on_progress(IngestProgress(stage, index, done, total, rows))
+        return on_result
+
+
+def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
+            on_result: Callable[[Any], None] | None = None) -> list:
+    """Run ``fn(*args)`` for each tuple of ``calls`` on ``client``, results in order (``on_result`` is called
+    with each result as it arrives).
 
     At most two calls per worker thread are in flight; text blocks are
     scattered to the cluster rather than embedded in the task.  A call lost
@@ -448,6 +504,8 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple]) -> l
             submit(i)
             return
         del pending[i]
+        if on_result is not None:
+            on_result(results[i])
 
     n = 0
     try:
