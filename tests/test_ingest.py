@@ -202,6 +202,29 @@ def test_progress_is_reported_task_by_task_for_each_stage(repo_data, tmp_path, d
     assert {r.total for r in reports if r.stage == "write"} == {len(ds.partitions)} == {8}
 
 
+def test_dense_columns_keep_a_dictionary_only_when_their_values_repeat(repo_data, tmp_path, dask_client):
+    """Letter's integer features (16 values) are dictionary-encoded; measured values of many distinct floats are
+    written plain (a dictionary page then plain pages would be larger and slower); the rows read back the same."""
+    from nsdist.data.layout import DENSE_SAMPLE
+
+    letter = ingest(repo_data / "letter" / "letter-recognition.data", tmp_path / "letter", format="csv",
+                    label_column=0, positive="N", client=dask_client)
+    rng = np.random.default_rng(4)
+    n = 3 * DENSE_SAMPLE
+    frame = pd.DataFrame({"measured": rng.normal(size=n), "count": rng.integers(0, 50, n).astype(float),
+                          "half": np.repeat(rng.normal(size=n // 4), 4), "label": rng.random(n) < 0.1})
+    frame.to_parquet(tmp_path / "in.parquet")
+    mixed = ingest(tmp_path / "in.parquet", tmp_path / "mixed", client=dask_client, shuffle=False)
+    for ds, expected in ((letter, {f"col{j}" for j in range(1, 17)} | {"label"}),
+                         (mixed, {"count", "half", "label"})):
+        for part in ds.partitions:
+            meta = pq.ParquetFile(part.path).metadata.row_group(0)
+            encoded = {meta.column(i).path_in_schema for i in range(meta.num_columns)
+                       if any("DICTIONARY" in e for e in meta.column(i).encodings)}
+            assert encoded == expected
+    np.testing.assert_array_equal(_read_all(mixed)[0], frame[["measured", "count", "half"]].to_numpy())
+
+
 def test_memory_urls_both_sides(repo_data, memory_url, dask_client):
     src = f"{memory_url}/in/letter.csv.xz"
     with fsspec.open(src, "wb", compression="xz") as f:

@@ -13,7 +13,7 @@ Pipeline (steps 1, 3 and 4 run as Dask tasks):
    (:func:`nsdist.data.shuffle.assign_rows`).
 3. **scatter** - the input is read again; each task encodes one chunk densely,
    shuffles it and writes its slices for every partition to one Arrow IPC file
-   (zstd) in a work directory.
+   (lz4) in a work directory.
 4. **gather** - each task reads its partition's slices from those files,
    shuffles them and writes ``part-NNNNN.parquet``.
 
@@ -63,7 +63,9 @@ __all__ = ["ingest", "IngestProgress", "PARTITION_BYTES"]
 PARTITION_BYTES = 64 * 2**20
 _PARTITION_ROWS_RANGE = (1_000, 1_000_000)
 _LABEL = "label"
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+#: the work directory's chunk files, read once by the gather: lz4 (a 125,000 x 100 float64 chunk of measured
+#: values: written in 260 ms and read in 62 ms, 72 MB; zstd 469 / 211 ms, 57 MB; none 42 / 2 ms, 96 MB)
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 @dataclass(frozen=True)

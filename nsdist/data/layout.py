@@ -29,9 +29,13 @@ tiny dictionary; a column with more distinct values would make pyarrow write
 dictionary pages and then fall back to plain ones, the worst of both: on a
 generated 2^20-feature text partition (62,500 rows, 6.25 M non-zeros, 625 k
 distinct indices) that made the file larger (43.1 against 39.4 MB) and its read
-slower (128 against 95 ms, one thread).  Dense columns keep Parquet's
+slower (128 against 95 ms, one thread).  A dense column keeps Parquet's
 dictionary, which one-hot and integer-valued features compress into almost
-nothing.
+nothing, when its first :data:`DENSE_SAMPLE` values repeat (at most half of them
+distinct); measured features of many values are written plain: a partition of
+80,000 rows x 100 float64 columns of float32 values (a Gaussian sample) was
+written in 0.48 s instead of 1.65 s, 35.1 MB instead of 53.4 MB, and read back
+in 212 instead of 246 ms on one thread.
 
 Reading (:func:`sparse_matrix`): the list columns of a table become a
 ``scipy.sparse.csr_matrix`` with the row pointers built from the lists' offsets
@@ -53,13 +57,16 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["LAYOUTS", "check_layout", "choose_layout", "arrow_schema", "record_batch",
-           "partition_rows", "parquet_options", "ROW_GROUP_NNZ", "DICTIONARY_PAGE_BYTES", "sparse_matrix"]
+           "partition_rows", "parquet_options", "ROW_GROUP_NNZ", "DICTIONARY_PAGE_BYTES", "DENSE_SAMPLE",
+           "sparse_matrix"]
 
 LAYOUTS = ("auto", "dense", "sparse")
 ROW_GROUP_NNZ = 2**20          # non-zeros per Parquet row group of the sparse layout
 #: a list column is dictionary-encoded when its distinct values fit one dictionary page of this size
 #: (pyarrow's ``dictionary_pagesize_limit``; beyond it the writer falls back to plain pages)
 DICTIONARY_PAGE_BYTES = 1 << 20
+#: a dense column is dictionary-encoded when at most half of its first this many values are distinct
+DENSE_SAMPLE = 4096
 _LABEL = "label"
 
 
@@ -135,12 +142,16 @@ def partition_rows(layout: str, n_features: int, nnz_per_row: float, itemsize: i
 
 
 def parquet_options(table: pa.Table, layout: str) -> dict:
-    """``pyarrow.parquet.write_table`` options of a partition (module doc): zstd; for the sparse layout, row
-    groups of about :data:`ROW_GROUP_NNZ` non-zeros and a dictionary for the label and for each list column
-    whose distinct values fit :data:`DICTIONARY_PAGE_BYTES`."""
-    if layout != "sparse":
-        return {"compression": "zstd"}
+    """``pyarrow.parquet.write_table`` options of a partition (module doc): zstd; a dictionary for the label
+    and, for the dense layout, each column whose first :data:`DENSE_SAMPLE` values repeat; for the sparse
+    layout, row groups of about :data:`ROW_GROUP_NNZ` non-zeros and a dictionary for each list column whose
+    distinct values fit :data:`DICTIONARY_PAGE_BYTES`."""
     import pyarrow.compute as pc      # not at import: a fresh worker reading sparse rows never needs it (35 ms)
+
+    if layout != "sparse":
+        return {"compression": "zstd", "use_dictionary": [
+            c for c in table.column_names if c == _LABEL
+            or 2 * pc.count_distinct(table.column(c).slice(0, DENSE_SAMPLE)).as_py() <= DENSE_SAMPLE]}
 
     flat = {c: pc.list_flatten(table.column(c)) for c in ("indices", "values")}
     n_rows, nnz = table.num_rows, len(flat["indices"])
