@@ -285,6 +285,28 @@ def test_a_large_file_on_s3_is_read_by_runs_of_its_row_groups_on_the_workers(s3,
     assert model.history["rows_seen"] == 2 * len(y)
 
 
+def test_footers_on_s3_are_read_together_and_the_first_bad_file_is_named(s3, tmp_path):
+    """Dataset.open reads an object store's footers FOOTER_THREADS at a time: the partitions come out in path
+    order with their rows, and of two unreadable files the first in path order is the one named."""
+    from nsdist.data.dataset import FOOTER_THREADS
+
+    X, y = letter_rows(2000)
+    n = FOOTER_THREADS + 8
+    bounds = np.linspace(0, len(y), n + 1).astype(int)
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        pq.write_table(pa.table({**{f"f{j}": X[a:b, j] for j in range(X.shape[1])}, "label": y[a:b]}),
+                       tmp_path / f"part-{i:03d}.parquet")
+    fs = s3.filesystem()
+    fs.put(str(tmp_path) + "/", s3.url("footers/"), recursive=True)
+    ds = Dataset.open(s3.url("footers"), storage_options=s3.options)
+    assert [p.num_rows for p in ds.partitions] == list(np.diff(bounds))
+    assert [p.path.rsplit("/", 1)[1] for p in ds.partitions] == [f"part-{i:03d}.parquet" for i in range(n)]
+    for i in (n - 3, 5):                                    # the later one first: order must not depend on timing
+        fs.pipe(s3.url(f"footers/part-{i:03d}.parquet"), b"not parquet at all")
+    with pytest.raises(ValueError, match=r"footers/part-005\.parquet: not a readable Parquet file"):
+        Dataset.open(s3.url("footers"), storage_options=s3.options)
+
+
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
          "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 

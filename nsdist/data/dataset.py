@@ -26,6 +26,7 @@ import os
 import posixpath
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -172,7 +173,7 @@ class Dataset:
         """
         fs, path = resolve(url, storage_options)
         root, files = _discover(fs, path, str(url))
-        footers = [_read_footer(fs, p) for p, _ in files]
+        footers = _read_footers(fs, [p for p, _ in files])
         first = display(fs, files[0][0])
         stored = _schema_metadata(footers[0][1], first)
         schema = FeatureSchema.infer(footers[0][1], label_column=label_column,
@@ -565,6 +566,20 @@ def _label_range(metadata: pq.FileMetaData, label: str, kinds: tuple = (bool, in
         return None if lo is None else (lo, hi)
     except (StopIteration, pa.ArrowException, TypeError, ValueError):
         return None
+
+
+#: footers of an object store's files read at once by :meth:`Dataset.open` (a request each: 500 files on S3
+#: at 10-50 ms a request took 5-25 s one after another)
+FOOTER_THREADS = 16
+
+
+def _read_footers(fs: AbstractFileSystem, paths: list[str]) -> list[tuple[int, pa.Schema, pq.FileMetaData]]:
+    """:func:`_read_footer` of every path, in order: a local file system's one after another, any other's
+    :data:`FOOTER_THREADS` at a time (the error of the first bad file in path order is the one raised)."""
+    if isinstance(fs, LocalFileSystem) or len(paths) < 2:
+        return [_read_footer(fs, p) for p in paths]
+    with ThreadPoolExecutor(min(FOOTER_THREADS, len(paths)), thread_name_prefix="nsdist-footer") as pool:
+        return list(pool.map(lambda p: _read_footer(fs, p), paths))
 
 
 def _read_footer(fs: AbstractFileSystem, path: str) -> tuple[int, pa.Schema, pq.FileMetaData]:
