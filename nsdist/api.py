@@ -24,7 +24,7 @@ from ._sparse import issparse, scipy_sparse, writeable
 from .data import Dataset
 from .engine.chain import ChainConfig, ChainProgress, PartitionChain, cache_fits, fused_rows
 from .engine.checkpoint import Checkpoint, Checkpointer
-from .engine.cluster import connect, fetch, heap_for_blocks
+from .engine.cluster import check_partitions_fit, connect, fetch, heap_for_blocks
 from .engine.evaluate import evaluate_dataset
 from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
@@ -187,6 +187,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
     dtype = ds.native_dtype if dtype is None else dtype
     phases: dict[str, float] = {}
     with connect(client) as c, heap_for_blocks(c):     # the workers' allocator: docs/engine.md §Cluster
+        check_partitions_fit(c, ds, dtype)
         t = time.perf_counter()
         # only a holdout needs the class counts; otherwise the footers' label statistics usually
         # show both classes without reading a row (else the label column is read)
@@ -629,4 +630,5 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
                       storage_options=storage_options, positive=positive)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")
     with connect(client) as c:
+        check_partitions_fit(c, ds, np.float64)
         return evaluate_dataset(c, ds, model.coef, model.intercept, beta=beta or 0.1, k=k, threshold=threshold)

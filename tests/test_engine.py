@@ -259,6 +259,34 @@ def test_a_file_larger_than_a_partition_trains_as_the_same_rows_in_one_file_per_
     assert model.intercept == files.intercept and model.history["rows_seen"] == files.history["rows_seen"] == 4 * n
 
 
+def test_a_partition_no_worker_can_hold_is_refused_before_any_is_read(tmp_path, caplog):
+    """A worker's memory limit under twice a partition's rows (as read) would only see workers killed: the job
+    is refused up front, naming the partition; with the memory, the same file trains."""
+    rng = np.random.default_rng(2)
+    n, d = 24_000, 100                       # 19.2 MB a partition as float64: 38.4 MB while read
+    X = rng.normal(size=(n, d)).astype(np.float32)
+    y = np.where(X[:, 0] > 2, 1, -1).astype(np.int8)
+    table = pa.table({**{f"f{j}": X[:, j] for j in range(d)}, "label": y})
+    pq.write_table(table, tmp_path / "one.parquet")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="32MiB",
+                      dashboard_address=None) as lc, Client(lc) as client:
+        with pytest.raises(ValueError, match=r"one\.parquet \(partition 0\): its 24,000 rows take 0\.02 GiB as "
+                                             r"float64, about 2x that while one task reads them, and a worker may "
+                                             r"use 0\.03 GiB: a partition is read whole, so write the data in "
+                                             r"smaller files or row groups"):
+            train(str(tmp_path / "one.parquet"), client=client, measure="pauc", solver="1pmb", eta=0.1,
+                  n_passes=1, dtype="float64")
+        model = LinearModel(np.ones(d), 0.0, "pauc", {"beta": 0.1}, [f"f{j}" for j in range(d)])
+        with pytest.raises(ValueError, match="a partition is read whole"):
+            evaluate(model, str(tmp_path / "one.parquet"), client=client)
+        assert not any(client.run(lambda dask_worker: len(dask_worker.data)).values())     # nothing was read
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="8GiB",
+                      dashboard_address=None) as lc, Client(lc) as client:
+        model = train(str(tmp_path / "one.parquet"), client=client, measure="pauc", solver="1pmb", eta=0.1,
+                      n_passes=1, dtype="float64")
+        assert model.history["rows_seen"] == n
+
+
 @pytest.mark.parametrize("folds", ["auto", 1])
 @pytest.mark.parametrize("measure", ["pauc", "prbep", "f1"])
 def test_engine_selects_the_estimators_model_with_the_defaults(cluster, tmp_path, letter, measure, folds):

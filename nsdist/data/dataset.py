@@ -264,10 +264,14 @@ class Dataset:
     def rows_bytes(self, dtype=np.float64) -> int:
         """What every row takes in memory as read in ``dtype``, from the footers alone: ``rows x features``
         floats, or for the sparse layout its non-zeros (values and int32 indices) and a row pointer each."""
-        itemsize = np.dtype(dtype).itemsize
+        return sum(self.partition_bytes(i, dtype) for i in range(len(self.partitions)))
+
+    def partition_bytes(self, i: int, dtype=np.float64) -> int:
+        """What the rows of partition ``i`` take in memory as read in ``dtype`` (as :meth:`rows_bytes`)."""
+        p, itemsize = self.partitions[i], np.dtype(dtype).itemsize
         if self.schema.layout == "sparse":
-            return sum(p.nnz for p in self.partitions) * (itemsize + 4) + self.num_rows * 8
-        return self.num_rows * self.n_features * itemsize
+            return p.nnz * (itemsize + 4) + p.num_rows * 8
+        return p.num_rows * self.n_features * itemsize
 
     def has_both_classes(self) -> bool | None:
         """Whether the footers' label statistics show a row of each class (None: they cannot tell).

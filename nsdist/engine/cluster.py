@@ -24,6 +24,7 @@ import platform
 from typing import TYPE_CHECKING, Iterator
 
 import dask
+import numpy as np
 
 from nsdist._connect import UnguardedScriptError, check_spawn_safe, check_tls, connect
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 _check_tls = check_tls  # the former private name
 
 __all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError", "heap_for_blocks",
-           "MMAP_THRESHOLD", "TRIM_THRESHOLD", "direct_to_workers", "fetch"]
+           "MMAP_THRESHOLD", "TRIM_THRESHOLD", "direct_to_workers", "fetch", "check_partitions_fit", "READ_COPIES"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -48,6 +49,34 @@ _GLIBC_DEFAULT = 128 << 10
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: the Dask configuration key that turns :func:`heap_for_blocks` off (``dask.config.set({KEY: False})``)
 CONFIG_KEY = "nsdist.worker-heap"
+#: a partition being read is held about this many times over on its worker: Arrow's decoded columns, and the
+#: block made from them (:func:`check_partitions_fit`)
+READ_COPIES = 2
+
+
+def check_partitions_fit(client: Client, dataset, dtype) -> None:
+    """Refuse a dataset whose largest partition cannot be read on ``client``'s workers, before any is read.
+
+    A partition is read whole by one task (a Parquet file, or a run of a large file's row groups:
+    ``docs/engine.md`` §Dataset format).  If :data:`READ_COPIES` times its rows as read in ``dtype``
+    exceed the smallest worker's memory limit, Dask would kill every worker that tried (an opaque
+    ``KilledWorker`` after three deaths): raise a ``ValueError`` naming the partition and what to do.
+    Workers without a memory limit are not checked.
+    """
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    if not limits or not all(limits):
+        return
+    i = max(range(len(dataset.partitions)), key=lambda j: dataset.partition_bytes(j, dtype))
+    nbytes, limit = dataset.partition_bytes(i, dtype), min(limits)
+    if READ_COPIES * nbytes > limit:
+        gib = 2 ** 30
+        raise ValueError(
+            f"{dataset.partition_name(i)}: its {dataset.partitions[i].num_rows:,} rows take {nbytes / gib:.2f} GiB "
+            f"as {np.dtype(dtype).name}, about {READ_COPIES}x that while one task reads them, and a worker may use "
+            f"{limit / gib:.2f} GiB: a partition is read whole, so write the data in smaller files or row groups "
+            "(pyarrow.parquet.write_table(..., row_group_size=N): a large file is read a run of row groups at a "
+            "time), or ingest it (nsdist ingest SRC DST writes partitions of about 64 MiB), or give the workers "
+            "more memory")
 
 
 def _mallopt(trim: int, mmap: int, *, release: bool = False) -> bool:
