@@ -224,7 +224,7 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
         data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
             read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
             convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
-    else:       # no pre-buffering: it held the row groups of a file read so far (SCAN_BYTES)
+    else:       # pre-buffering kept a file's row groups read so far in memory (SCAN_BYTES)
         data = pads.dataset(path, filesystem=fs, format=pads.ParquetFileFormat(
             default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False)))
     for name in plain:

@@ -31,6 +31,8 @@ from nsdist._connect import UnguardedScriptError, check_spawn_safe, check_tls, c
 if TYPE_CHECKING:
     from distributed import Client
 
+    from nsdist.data import Dataset
+
 _check_tls = check_tls  # the former private name
 
 __all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError", "heap_for_blocks",
@@ -54,7 +56,7 @@ CONFIG_KEY = "nsdist.worker-heap"
 READ_COPIES = 2
 
 
-def check_partitions_fit(client: Client, dataset, dtype) -> None:
+def check_partitions_fit(client: Client, dataset: Dataset, dtype) -> None:
     """Refuse a dataset whose largest partition cannot be read on ``client``'s workers, before any is read.
 
     A partition is read whole by one task (a Parquet file, or a run of a large file's row groups:
