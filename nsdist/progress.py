@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tqdm import tqdm
 
-from .data.ingestion import IngestProgress
 from .engine.chain import ChainProgress
+
+if TYPE_CHECKING:           # not at import: `nsdist train` draws its bar without loading the ingest
+    from .data.ingestion import IngestProgress
 
 __all__ = ["TrainingBar", "IngestBar", "progress_text"]
 
