@@ -8,7 +8,7 @@ command line (:mod:`nsdist.cli`) parses arguments and calls these; so do
 """
 from __future__ import annotations
 
-import io
+import itertools
 import logging
 import os
 import time
@@ -19,7 +19,7 @@ import numpy as np
 from . import __version__
 from ._validation import ceil9
 from .jobs import DatasetSpec, TrainJob
-from .data.fs import atomic_write_bytes, resolve
+from .data.fs import resolve
 from .model import LinearModel
 from .report import MEASURE_KEYS, RunDir, RunLog, curve_png, folds_curve_png, measure_label
 
@@ -494,21 +494,19 @@ def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = 
         difference), a feature column is not numeric, or a ``keep`` column is
         missing.
     """
-    from .data.fs import access
+    from .data.fs import access, atomic_writer
     from .data.scoring import score_sparse, score_table, sparse_input_format
 
     fs, path = resolve(src, storage_options)
     with access(fs, path, "read"):
         if not fs.exists(path):
             raise FileNotFoundError(2, "No such file or directory", src)
-    if sparse_input_format(src, storage_options, format=format):   # svmlight text or a sparse Parquet dataset
-        table = score_sparse(model, src, label_column=label_column, keep=keep, threshold=threshold,
-                             storage_options=storage_options, format=format)
-    else:
-        table = score_table(model, src, label_column=label_column, keep=keep, threshold=threshold,
-                            storage_options=storage_options, format=format)
-    atomic_write_bytes(dst, _table_bytes(table, _table_format(dst)), storage_options)
-    return table.num_rows
+    score = score_sparse if sparse_input_format(src, storage_options, format=format) else score_table
+    tables = score(model, src, label_column=label_column, keep=keep, threshold=threshold,
+                   storage_options=storage_options, format=format)
+    first = next(tables)                  # before dst is touched: a bad input leaves it as it was
+    with atomic_writer(dst, storage_options) as f:
+        return _write_tables(f, first, tables, _table_format(dst))
 
 
 def _table_format(url: str) -> str:
@@ -519,16 +517,29 @@ def _table_format(url: str) -> str:
     return "csv" if name.endswith(".csv") else "parquet"
 
 
-def _table_bytes(table, fmt: str) -> bytes:
+#: ``nsdist predict`` writes its Parquet output in row groups of at least this many rows
+OUTPUT_ROW_GROUP = 1 << 20
+
+
+def _write_tables(f, first, rest, fmt: str) -> int:
+    """Write ``first`` and then every table of ``rest`` (the same columns) to the binary file ``f`` as one CSV
+    or Parquet file (row groups of at least :data:`OUTPUT_ROW_GROUP` rows, each written once it is full);
+    the number of rows."""
+    import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    buf = io.BytesIO()
-    if fmt == "csv":
-        pacsv.write_csv(table, buf)
-    else:
-        pq.write_table(table, buf)
-    return buf.getvalue()
+    rows, held = 0, []
+    with (pacsv.CSVWriter(f, first.schema) if fmt == "csv" else pq.ParquetWriter(f, first.schema)) as writer:
+        for table in itertools.chain([first], rest):
+            held.append(table)
+            rows += table.num_rows
+            if sum(t.num_rows for t in held) >= OUTPUT_ROW_GROUP:
+                writer.write_table(pa.concat_tables(held))
+                held = []
+        if held or rows == 0:
+            writer.write_table(pa.concat_tables(held or [first]))
+    return rows
 
 
 # ------------------------------------------------------------------ helpers

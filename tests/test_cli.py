@@ -162,6 +162,29 @@ def test_predict_scores_a_file_in_batches_of_a_bounded_size(run, tmp_path, monke
     np.testing.assert_allclose(scores, model.decision_function(X), rtol=1e-12)
 
 
+def test_predict_streams_its_output_and_a_late_bad_row_leaves_the_old_output(run, tmp_path):
+    """The output is written as the rows are scored, into a sibling published at the end: an svmlight line
+    that fails after 30,000 rows were written leaves the previous output as it was, and no sibling behind."""
+    from nsdist.run import predict_file
+
+    model = load_model(str(run["out"] / "model"))
+    X, y = load_rows(Dataset.open(str(run["data"])), 20000)
+    lines = [f"{int(label)} " + " ".join(f"{j + 1}:{v:g}" for j, v in enumerate(row)) for row, label in zip(X, y)]
+    good, bad = tmp_path / "rows.svm", tmp_path / "bad.svm"
+    good.write_text("\n".join(lines) + "\n")
+    bad.write_text("\n".join(lines + lines[:10000] + ["1 3:oops"]) + "\n")
+    out = tmp_path / "scores.parquet"
+    assert predict_file(model, str(good), str(out)) == 20000
+    before = out.read_bytes()
+    scores = pq.read_table(out)
+    expected = model.decision_function(X)      # CSR rows: summed in another order, equal to rounding
+    np.testing.assert_allclose(scores["score"].to_numpy(), expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+    with pytest.raises(ValueError, match="line 30001"):
+        predict_file(model, str(bad), str(out))
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["bad.svm", "rows.svm", "scores.parquet"]
+
+
 def test_predict_to_csv(run, env):
     out = run["tmp"] / "scores.csv"
     ok(nsdist("predict", run["out"] / "model", run["tmp"] / "rows.csv", out, "--keep", "id", env=env))

@@ -307,6 +307,24 @@ def test_footers_on_s3_are_read_together_and_the_first_bad_file_is_named(s3, tmp
         Dataset.open(s3.url("footers"), storage_options=s3.options)
 
 
+def test_atomic_writer_publishes_an_s3_object_whole_or_not_at_all(s3):
+    """nsdist predict's output on an object store: written to a sibling key as it comes, copied onto the key at
+    the end; an error on the way leaves the key's old content and no sibling."""
+    from nsdist.data.fs import atomic_writer
+
+    fs, url = s3.filesystem(), s3.url("written/scores.parquet")
+    with atomic_writer(url, s3.options) as f:
+        f.write(b"old" * 1000)
+        assert not fs.exists(url)                                   # nothing published before the end
+    assert fs.cat(url) == b"old" * 1000
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with atomic_writer(url, s3.options) as f:
+            f.write(b"new" * 3_000_000)                             # more than one multipart block
+            raise RuntimeError("interrupted")
+    fs.invalidate_cache()
+    assert fs.cat(url) == b"old" * 1000 and fs.ls(s3.url("written")) == [url[len("s3://"):]]
+
+
 TRAIN = ["--measure", "pauc", "--solver", "2pmb", "--n-passes", 2, "--random-state", 5, "--checkpoint-every", 1,
          "--no-progress", "--set", "solver.validation_folds=1"]          # streamed: one holdout
 

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -49,8 +49,9 @@ from fsspec.implementations.memory import MemoryFileSystem
 from fsspec.spec import AbstractFileSystem
 
 __all__ = ["DataNotFoundError", "StorageAccessError", "resolve", "display", "staging_directory", "check_absent",
-           "atomic_write_bytes", "read_bytes", "exists", "create_exclusive", "merge_options", "forwarded_options",
-           "redact", "redact_job", "scrub", "register_secrets", "access", "INCOMPLETE", "REDACTED", "is_object_store"]
+           "atomic_write_bytes", "atomic_writer", "read_bytes", "exists", "create_exclusive", "merge_options",
+           "forwarded_options", "redact", "redact_job", "scrub", "register_secrets", "access", "INCOMPLETE", "REDACTED",
+           "is_object_store"]
 
 log = logging.getLogger("nsdist")
 
@@ -330,28 +331,58 @@ def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> by
 def atomic_write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write ``data`` to ``url`` so that readers see the old or the new content, never a part.
 
-    Local files: a temporary sibling, ``fsync``, ``os.replace``.  Object stores
-    (``s3://`` ...): a single ``PUT``, which they publish atomically.
+    Local files: as :func:`atomic_writer`.  Object stores (``s3://`` ...): a single
+    ``PUT``, which they publish atomically.
     """
     fs, path = resolve(url, storage_options)
     if isinstance(fs, LocalFileSystem):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_writer(url, storage_options) as fh:
+            fh.write(data)
         return
     with access(fs, path, "write"):
-        parent = posixpath.dirname(path)
-        if parent and parent != path and not is_object_store(fs):
-            fs.makedirs(parent, exist_ok=True)
+        _parent_for(fs, path)
         fs.pipe_file(path, data)
+
+
+@contextlib.contextmanager
+def atomic_writer(url: str, storage_options: Mapping[str, Any] | None = None) -> Iterator[BinaryIO]:
+    """A binary file whose content replaces ``url``'s when the block ends without an error, all at once.
+
+    Written as it comes (what is written is not held in memory) to a temporary sibling
+    ``<name>.tmp-<token>``, then published: locally ``fsync`` and ``os.replace``; on an
+    object store a server-side copy onto ``url`` (which readers see whole or not at all)
+    and the sibling deleted.  On an error the sibling is deleted and ``url`` is as it was.
+    """
+    fs, path = resolve(url, storage_options)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    local = isinstance(fs, LocalFileSystem)
+    try:
+        with access(fs, path, "write"):
+            if local:
+                os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            else:
+                _parent_for(fs, path)
+            with (open(tmp, "wb") if local else fs.open(tmp, "wb")) as fh:
+                yield fh
+                if local:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if local:
+                os.replace(tmp, path)
+            else:
+                fs.mv(tmp, path)
+    finally:
+        if local and os.path.exists(tmp):
+            os.unlink(tmp)
+        elif not local and fs.exists(tmp):
+            fs.rm(tmp)
+
+
+def _parent_for(fs: AbstractFileSystem, path: str) -> None:
+    """Make ``path``'s directory on a file system that has directories (an object store has none)."""
+    parent = posixpath.dirname(path)
+    if parent and parent != path and not is_object_store(fs):
+        fs.makedirs(parent, exist_ok=True)
 
 
 def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool | None:

@@ -6,7 +6,7 @@ A wide model is never given one column per feature: its rows come as an
 svmlight/LIBSVM text file (plain, ``.gz``, ``.bz2``, ``.xz``) or as a Parquet
 dataset in the sparse layout (``indices`` / ``values``, see
 :mod:`nsdist.data.layout`).  :func:`sparse_rows` recognises both and streams
-``(copied columns, CSR matrix)`` chunks; :func:`score_sparse` scores them with
+``(copied columns, CSR matrix)`` chunks; :func:`score_sparse` scores them, chunk by chunk, with
 any object that has ``decision_function`` and ``n_features`` (a
 :class:`~nsdist.model.LinearModel`), never densifying.
 
@@ -158,19 +158,23 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
 
 def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                  threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
-                 format: str | None = None) -> pa.Table:
-    """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row
-    (``format``: as :func:`sparse_input_format`)."""
-    parts = []
+                 format: str | None = None) -> Iterator[pa.Table]:
+    """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row, chunk by
+    chunk (an input without rows: one table without rows; ``format``: as :func:`sparse_input_format`)."""
+    empty = True
     for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep,
                                  storage_options=storage_options, format=format):
-        scores = model.decision_function(X) if X.shape[0] else np.zeros(0)
-        parts.append(copied.append_column("score", pa.array(scores, pa.float64()))
-                     .append_column("prediction", pa.array(np.where(scores > threshold, 1, -1).astype(np.int8))))
-    if not parts:
-        return pa.table({label_column: pa.array([], pa.int8()), "score": pa.array([], pa.float64()),
-                         "prediction": pa.array([], pa.int8())})
-    return pa.concat_tables(parts)
+        empty = False
+        yield _scored(copied, model.decision_function(X) if X.shape[0] else np.zeros(0), threshold)
+    if empty:
+        yield pa.table({label_column: pa.array([], pa.int8()), "score": pa.array([], pa.float64()),
+                        "prediction": pa.array([], pa.int8())})
+
+
+def _scored(copied: pa.Table, scores: np.ndarray, threshold: float) -> pa.Table:
+    """``copied`` plus the columns ``score`` and ``prediction`` (+1 where score > threshold)."""
+    return (copied.append_column("score", pa.array(scores, pa.float64()))
+            .append_column("prediction", pa.array(np.where(scores > threshold, 1, -1).astype(np.int8))))
 
 
 def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
@@ -250,14 +254,12 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
 
 def score_table(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
-                format: str | None = None) -> pa.Table:
+                format: str | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row of a CSV or
-    dense Parquet input (:func:`table_rows`)."""
-    return pa.concat_tables([
-        copied.append_column("score", pa.array(scores, pa.float64()))
-        .append_column("prediction", pa.array(np.where(scores > threshold, 1, -1).astype(np.int8)))
-        for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
-                                         storage_options=storage_options, format=format)])
+    dense Parquet input, batch by batch (:func:`table_rows`; the first table has no rows)."""
+    for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
+                                     storage_options=storage_options, format=format):
+        yield _scored(copied, scores, threshold)
 
 
 def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:
