@@ -241,8 +241,12 @@ def test_nonfinite_feature_names_file_row_feature(tmp_path, value, shown):
 
 def test_null_feature_and_bad_labels(tmp_path):
     pq.write_table(pa.table({"a": pa.array([1.0, None, 3.0]), "label": [0, 1, 0]}), tmp_path / "n.parquet")
-    with pytest.raises(ValueError, match=re.escape("n.parquet (partition 0): row 1: feature 'a' is missing")):
-        Dataset.open(tmp_path / "n.parquet").read_partition(0)
+    for read in (lambda ds: ds.read_partition(0), lambda ds: ds.read_columns(0), lambda ds: ds.read_block(0)):
+        with pytest.raises(ValueError, match=re.escape(
+                "n.parquet (partition 0): row 1: feature 'a' is missing (null); nsdist does not impute missing "
+                "values: fill them where the data is made (pandas: df['a'].fillna(...)), or leave the column out "
+                "(feature_columns)")):
+            read(Dataset.open(tmp_path / "n.parquet"))
     _frame(4, [0, 1, 2, 1]).to_parquet(tmp_path / "l.parquet")
     with pytest.raises(ValueError, match=re.escape("l.parquet (partition 0): label[2] = 2 is not a valid label")):
         Dataset.open(tmp_path / "l.parquet").read_partition(0)

@@ -37,7 +37,7 @@ import pyarrow as pa
 from nsdist._names import NameRange, names_from_json, names_to_json
 from nsdist._sparse import scipy_sparse
 from nsdist._validation import as_pm1_labels
-from nsdist.data.dense import column_numpy
+from nsdist.data.dense import column_numpy, missing_feature
 from nsdist.data.labels import LabelRule, LabelValues, clean_strings
 
 if TYPE_CHECKING:
@@ -334,7 +334,7 @@ class FeatureSchema:
                 for chunk in table.column(name).chunks:
                     if chunk.null_count:
                         row = offset + _first(chunk.is_null().to_numpy(zero_copy_only=False))
-                        raise ValueError(f"{where}: row {row}: feature {name!r} is missing (null)")
+                        raise missing_feature(where, row, name)
                     out[offset:offset + len(chunk), j] = chunk.cast(target, safe=False).to_numpy()
                     offset += len(chunk)
         else:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["checked_columns", "numpy_of", "column_numpy"]
+__all__ = ["checked_columns", "numpy_of", "column_numpy", "missing_feature"]
 
 
 def numpy_of(arr: pa.Array) -> np.ndarray:
@@ -91,8 +91,15 @@ def _check_nulls(table: pa.Table, names: Sequence[str], where: str) -> None:
             for chunk in column.chunks:
                 if chunk.null_count:
                     row = offset + int(np.argmax(chunk.is_null().to_numpy(zero_copy_only=False)))
-                    raise ValueError(f"{where}: row {row}: feature {name!r} is missing (null)")
+                    raise missing_feature(where, row, name)
                 offset += len(chunk)
+
+
+def missing_feature(where: str, row: int, name: str) -> ValueError:
+    """The error of a null feature: where it is, and what to do (nsdist does not impute)."""
+    return ValueError(f"{where}: row {row}: feature {name!r} is missing (null); nsdist does not impute missing "
+                      f"values: fill them where the data is made (pandas: df[{name!r}].fillna(...)), or leave the "
+                      "column out (feature_columns)")
 
 
 def _first_non_finite(values: list[np.ndarray], bad_columns: list[int], names: Sequence[str], where: str):
