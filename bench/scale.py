@@ -171,20 +171,13 @@ def measured(args, fn, tpw: int = 1):
         lc.close()
 
 
-def _scan_partition(path: str) -> int:
-    table = pq.read_table(path)
+def _scan_partition(path: str, group: int | None = None) -> int:
+    """Read a file (or one of its row groups) and convert it to numpy (X, y): the bare scan's task."""
+    table = pq.read_table(path) if group is None else pq.ParquetFile(path).read_row_group(group)
     names = [n for n in table.column_names if n != "label"]
     X = np.column_stack([table.column(n).to_numpy() for n in names])
     y = table.column("label").to_numpy()
     assert X.shape[0] == y.shape[0]
-    return X.shape[0]
-
-
-def _scan_row_group(path: str, group: int) -> int:
-    table = pq.ParquetFile(path).read_row_group(group)
-    names = [n for n in table.column_names if n != "label"]
-    X = np.column_stack([table.column(n).to_numpy() for n in names])
-    assert X.shape[0] == table.column("label").to_numpy().shape[0]
     return X.shape[0]
 
 
@@ -194,7 +187,7 @@ def scan(client: Client, root: Path) -> dict:
     t0 = time.perf_counter()
     if root.is_file():
         groups = range(pq.ParquetFile(root).metadata.num_row_groups)
-        rows = sum(client.gather(client.map(_scan_row_group, [str(root)] * len(groups), groups, pure=False)))
+        rows = sum(client.gather(client.map(_scan_partition, [str(root)] * len(groups), groups, pure=False)))
     else:
         rows = sum(client.gather(client.map(_scan_partition, files_of(root), pure=False)))
     seconds = time.perf_counter() - t0
