@@ -269,7 +269,7 @@ def test_a_partition_no_worker_can_hold_is_refused_before_any_is_read(tmp_path, 
     table = pa.table({**{f"f{j}": X[:, j] for j in range(d)}, "label": y})
     pq.write_table(table, tmp_path / "one.parquet")
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="32MiB",
-                      dashboard_address=None) as lc, Client(lc) as client:
+                      dashboard_address=":0") as lc, Client(lc) as client:
         with pytest.raises(ValueError, match=r"one\.parquet \(partition 0\): its 24,000 rows take 0\.02 GiB as "
                                              r"float64, about 2x that while one task reads them, and a worker may "
                                              r"use 0\.03 GiB: a partition is read whole, so write the data in "
@@ -281,7 +281,7 @@ def test_a_partition_no_worker_can_hold_is_refused_before_any_is_read(tmp_path, 
             evaluate(model, str(tmp_path / "one.parquet"), client=client)
         assert not any(client.run(lambda dask_worker: len(dask_worker.data)).values())     # nothing was read
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit="8GiB",
-                      dashboard_address=None) as lc, Client(lc) as client:
+                      dashboard_address=":0") as lc, Client(lc) as client:
         model = train(str(tmp_path / "one.parquet"), client=client, measure="pauc", solver="1pmb", eta=0.1,
                       n_passes=1, dtype="float64")
         assert model.history["rows_seen"] == n
