@@ -1,7 +1,7 @@
 """nsdist: stochastic optimisation of non-decomposable measures (pAUC, Prec@k, PRBEP, F1) on Dask.
 
 The public surface (docs/engine.md §Public surface): :class:`NonDecomposableClassifier`, :func:`ingest`,
-:func:`train`, :func:`evaluate`, :func:`load_model`, and the modules
+:func:`train`, :func:`evaluate`, :func:`predict`, :func:`load_model`, and the modules
 :mod:`nsdist.metrics` and :mod:`nsdist.losses`.
 
 The exports are loaded on first use (PEP 562), so ``import nsdist.metrics``
@@ -15,14 +15,15 @@ from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = ["NonDecomposableClassifier", "ingest", "train", "evaluate", "load_model", "__version__"]
+__all__ = ["NonDecomposableClassifier", "ingest", "train", "evaluate", "predict", "load_model", "__version__"]
 
 if TYPE_CHECKING:
-    from .api import evaluate, ingest, load_model, train
+    from .api import evaluate, ingest, load_model, predict, train
     from .estimator import NonDecomposableClassifier
 
 __getattr__ = lazy_exports(globals(), {"NonDecomposableClassifier": "nsdist.estimator", "ingest": "nsdist.api",
-                                       "train": "nsdist.api", "evaluate": "nsdist.api", "load_model": "nsdist.api"})
+                                       "train": "nsdist.api", "evaluate": "nsdist.api", "predict": "nsdist.api",
+                                       "load_model": "nsdist.api"})
 
 
 def __dir__() -> list[str]:

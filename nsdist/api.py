@@ -40,7 +40,7 @@ from .solvers.plan import holdout_sizes, rounds, schedule
 from .solvers.select import Selection, WinnerWatch
 from .solvers.sgd import drive
 
-__all__ = ["ingest", "train", "evaluate", "load_model", "open_dataset"]
+__all__ = ["ingest", "train", "evaluate", "predict", "load_model", "open_dataset"]
 
 if TYPE_CHECKING:
     from .data.ingestion import ingest
@@ -632,3 +632,53 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     with connect(client) as c:
         check_partitions_fit(c, ds, np.float64)
         return evaluate_dataset(c, ds, model.coef, model.intercept, beta=beta or 0.1, k=k, threshold=threshold)
+
+
+def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=None, label_column: str = "label",
+            keep=(), threshold: float = 0.0, storage_options: dict | None = None, format: str | None = None,
+            on_file: Callable[[int, int, int], None] | None = None) -> dict:
+    """Score every row of ``src`` with ``model`` and write ``score`` and ``prediction`` (+1 where the score is
+    above ``threshold``) with the copied columns (the label column when present, and ``keep``).
+
+    ``dst`` a file (``.parquet`` / ``.parq`` / ``.pq``, or ``.csv``, optionally compressed): ``src`` -- a
+    Parquet file or dataset (dense, raw one-hot columns, or the sparse layout), a CSV file or an svmlight
+    file (``format`` for a name that does not tell it) -- is scored in this process, batch by batch, into that
+    one file, published whole.  ``dst`` any other name (a directory): ``src`` must be Parquet -- a URL, or a
+    :class:`~nsdist.data.Dataset` (a selection of partitions: those rows) --, and each of its files (a file of
+    more than 128 MiB: each run of its row groups, as training reads it) is scored on the cluster (``client``: a
+    ``distributed.Client`` or a scheduler address; default an embedded ``LocalCluster``) into
+    ``dst/part-NNNNN.parquet``, in the input's sorted order, the rows of each in their order; the directory is
+    published whole, with the manifest ``_nsdist.json`` (:func:`nsdist.engine.predict.predict_files`,
+    docs/engine.md §Scoring on the cluster).  The scores are the same either way.  ``on_file(done, total,
+    rows)``: called as each part is written (directory output).
+
+    Returns ``{"rows": ..., "files": ..., "output": dst, "seconds": ...}`` (``files``: None for a file output).
+
+    Raises
+    ------
+    ValueError
+        The input's columns are not the model's (naming the difference), a row is bad (naming its file,
+        row and column), or the output directory is refused (it overlaps the input, or exists and holds
+        something other than scores).
+    """
+    from .data.scoring import output_format, write_scores
+    from .engine.predict import predict_files
+
+    if isinstance(model, str):
+        model = load_model(model, storage_options)
+    if format not in (None, "svmlight", "csv", "parquet"):
+        raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
+    how = dict(label_column=label_column, keep=list(keep), threshold=float(threshold), storage_options=storage_options)
+    t0 = time.perf_counter()
+    if output_format(dst) is not None:
+        if isinstance(src, Dataset):
+            raise ValueError(f"a Dataset is scored on the cluster, into a directory: name one instead of {dst} (or "
+                             f"pass the URL {src.url} to score all of it into one file here)")
+        rows = write_scores(model, src, dst, format=format, **how)
+        return {"rows": rows, "files": None, "output": dst, "seconds": time.perf_counter() - t0}
+    kind = None if isinstance(src, Dataset) else file_input_format(src, storage_options, format)
+    if kind is not None:
+        raise ValueError(f"{src} is a {kind} file, scored in this process into one file: name a .parquet or .csv "
+                         f"output instead of the directory {dst}")
+    with connect(client) as c:
+        return predict_files(c, model, src, dst, on_file=on_file, **how)

@@ -6,7 +6,7 @@ one-line reason on stderr (``--debug`` shows the traceback instead):
 interrupted (and ``retrain`` 75 when the model registry is locked, see
 :mod:`nsdist.retrain`).  This module parses arguments, validates them and
 reports; what the commands run lives in :mod:`nsdist.run`
-(:func:`~nsdist.run.run_train`, :func:`~nsdist.run.predict_file`).  It imports
+(:func:`~nsdist.run.run_train`, :func:`~nsdist.run.run_predict`).  It imports
 neither Dask nor the solvers until a command needs them, so ``--help`` is fast.
 """
 from __future__ import annotations
@@ -223,22 +223,24 @@ def _add_evaluate(sub) -> None:
 
 
 def _add_predict(sub) -> None:
-    p = sub.add_parser("predict", help="score a Parquet, CSV or svmlight file with a model",
-                       description="Write the score and the predicted label (+1/-1) of every row of INPUT to "
-                       "OUTPUT (Parquet or CSV, by extension), atomically. INPUT's columns must be the model's "
-                       "features, plus the label column and any --keep columns, which are copied to OUTPUT; a "
-                       "model of columns one-hot encoded at ingest (--categorical COL: features COL=value) takes "
-                       "the raw column COL, encoded as ingest did (a value the model never saw sets none of its "
-                       "features; a warning counts such rows). A CSV without a header line has the columns col0, "
-                       "col1, ... as ingest names them. Sparse input -- an svmlight/LIBSVM file or a Parquet "
-                       "dataset in the sparse layout -- is scored as CSR rows (feature j is svmlight index j+1; the "
-                       "label is copied).",
+    p = sub.add_parser("predict", help="score a Parquet dataset, a CSV or an svmlight file with a model",
+                       description="Write the score and the predicted label (+1/-1) of every row of INPUT to OUTPUT: a"
+                       " .parquet or .csv file (scored in this process, written atomically), or a directory (each "
+                       "Parquet file of INPUT scored on the Dask cluster into OUTPUT/part-NNNNN.parquet, in sorted "
+                       "file order, published whole with its manifest _nsdist.json; a directory of scores there is "
+                       "replaced, anything else refused). INPUT's columns are the model's features, the label column "
+                       "and any --keep columns (copied to OUTPUT); a model of one-hot columns (ingest --categorical "
+                       "COL: features COL=value) takes the raw column COL, encoded as ingest did (an unseen value sets"
+                       " none of its features; a warning counts such rows). Sparse input (svmlight, or Parquet in the "
+                       "sparse layout) is scored as CSR rows.",
                        epilog=_examples("nsdist predict runs/letter-pauc runs/letter/data scores.parquet",
-                                        "nsdist predict runs/x/model new.csv scores.csv --keep id"))
+                                        "nsdist predict runs/x/model new.csv scores.csv --keep id",
+                                        "nsdist predict runs/x s3://b/day=1201 s3://b/scores/day=1201 --keep id"))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
-    p.add_argument("input", help="Parquet file or dataset directory, a CSV file (a header line is detected as "
-                   "ingest detects it), or an svmlight file (.gz/.bz2/.xz ok)")
-    p.add_argument("output", help="output file: .parquet or .csv")
+    p.add_argument("input", help="Parquet file, dataset directory or glob, a CSV file (a header line is detected "
+                   "as ingest detects it; without one the columns are col0, col1, ...), or an svmlight file "
+                   "(.gz/.bz2/.xz ok; feature j is index j+1)")
+    p.add_argument("output", help="a .parquet or .csv file (scored here), or a directory (scored on the cluster)")
     p.add_argument("--label-column", default="label", metavar="COL",
                    help="label column: not a feature; copied to the output when present (default: label)")
     p.add_argument("--keep", action="append", default=[], metavar="COL",
@@ -248,7 +250,9 @@ def _add_predict(sub) -> None:
     p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
                    help="INPUT's format (default: from its name, as ingest tells it: .csv is CSV, a name without "
                    "an extension svmlight, a directory Parquet)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help=SCHEDULER_HELP + " (a directory OUTPUT only)")
     _add_storage_options(p)
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(run=_cmd_predict)
 
 
@@ -391,43 +395,26 @@ def train_job(args) -> TrainJob:
 
 
 def _cmd_evaluate(args) -> int:
-    from . import api
-    from .engine.cluster import connect
-    from .data.fs import atomic_write_bytes
-    from .model import load_model
-    from .report import RunDir, measures_table, to_json
-    from .data.scoring import file_input_format
-    from .run import announce, model_dir as find_model
+    from .report import measures_table
+    from .run import run_evaluate
 
-    storage = _storage(args) or None
-    model_dir = find_model(args.model, storage)
-    model = load_model(model_dir, storage)
-    how = dict(threshold=args.threshold, storage_options=storage, positive=args.positive)
-    if file_input_format(args.dataset, storage, args.format):     # scored here, chunk by chunk: no cluster
-        result = api.evaluate(model, args.dataset, label_column=args.label_column, format=args.format, **how)
-    else:
-        dataset = api.open_dataset(args.dataset, label_column=args.label_column,   # fails before a cluster starts
-                                   storage_options=storage, positive=args.positive)
-        with connect(args.scheduler) as client:
-            announce(client)
-            result = api.evaluate(model, dataset, client=client, **how)
-    out = args.out or RunDir(os.path.dirname(model_dir.rstrip("/")) or ".").path("evaluation.json")
-    atomic_write_bytes(out, to_json({"model": model_dir, "dataset": args.dataset, "threshold": args.threshold,
-                                     "measure": model.measure, **result}), storage)
+    model_dir, result, out = run_evaluate(args.model, args.dataset, label_column=args.label_column,
+                                          positive=args.positive, threshold=args.threshold, format=args.format,
+                                          storage_options=_storage(args) or None, scheduler=args.scheduler,
+                                          out=args.out)
     print(measures_table({model_dir: result}))
     print(f"\n{plural(result['n_rows'], 'row')}, {plural(result['n_positives'], 'positive')}; written to {out}")
     return 0
 
 
 def _cmd_predict(args) -> int:
-    from .model import load_model
-    from .run import model_dir, predict_file
+    from .run import run_predict
 
-    storage = _storage(args) or None
-    model = load_model(model_dir(args.model, storage), storage)
-    n = predict_file(model, args.input, args.output, label_column=args.label_column, keep=args.keep,
-                     threshold=args.threshold, storage_options=storage, format=args.format)
-    print(f"{plural(n, 'row')} scored; written to {args.output}")
+    r = run_predict(args.model, args.input, args.output, label_column=args.label_column, keep=args.keep,
+                    threshold=args.threshold, storage_options=_storage(args) or None, format=args.format,
+                    scheduler=args.scheduler, progress=not args.no_progress)
+    where = "" if r["files"] is None else f" of {plural(r['files'], 'file')} on the cluster in {r['seconds']:.1f} s"
+    print(f"{plural(r['rows'], 'row')} scored{where}; written to {args.output}")
     return 0
 
 

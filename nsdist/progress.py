@@ -1,5 +1,6 @@
-"""The driver's progress bars: while a model trains (one tick per partition step, or per K-fold fit), and while
-``nsdist ingest`` converts its input (one tick per task of each of its three stages)."""
+"""The driver's progress bars: while a model trains (one tick per partition step, or per K-fold fit), while
+``nsdist ingest`` converts its input (one tick per task of each of its three stages), and while ``nsdist predict``
+scores a dataset on the cluster (one tick per file)."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ from .engine.chain import ChainProgress
 if TYPE_CHECKING:           # not at import: `nsdist train` draws its bar without loading the ingest
     from .data.ingestion import IngestProgress
 
-__all__ = ["TrainingBar", "IngestBar", "progress_text"]
+__all__ = ["TrainingBar", "IngestBar", "FileBar", "progress_text"]
 
 
 def progress_text(p: ChainProgress) -> str:
@@ -26,7 +27,28 @@ def progress_text(p: ChainProgress) -> str:
     return "loss " + ("-" if math.isnan(p.loss) else f"{p.loss:.4g}")
 
 
-class TrainingBar:
+class _Bar:
+    """What the bars share: where they draw (default ``sys.stderr``), drawn only on a terminal unless ``enabled``
+    says otherwise, and the ``with`` block that closes them."""
+
+    def __init__(self, file: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.file = file or sys.stderr
+        self.enabled = self.file.isatty() if enabled is None else enabled
+        self._bar: tqdm | None = None
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class TrainingBar(_Bar):
     """A tqdm bar fed by :class:`~nsdist.engine.chain.ChainProgress` reports.
 
     It shows the pass, the partition, rows per second and, while a population
@@ -47,10 +69,8 @@ class TrainingBar:
     """
 
     def __init__(self, n_passes: int, *, file: TextIO | None = None, enabled: bool | None = None) -> None:
+        super().__init__(file, enabled)
         self.n_passes = n_passes
-        self.file = file or sys.stderr
-        self.enabled = self.file.isatty() if enabled is None else enabled
-        self._bar: tqdm | None = None
         self._origin = (0, 0.0)
 
     def __call__(self, p: ChainProgress) -> None:
@@ -69,18 +89,8 @@ class TrainingBar:
                                       f"{rate} rows/s, {progress_text(p)}", refresh=False)
         self._bar.update(p.step - self._bar.n)
 
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
-    def __enter__(self) -> "TrainingBar":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class IngestBar:
+class IngestBar(_Bar):
     """A tqdm bar per stage of an ingest, fed by :class:`~nsdist.data.ingestion.IngestProgress` reports.
 
     ``ingest 1/3: reading``, ``2/3: shuffling``, ``3/3: writing``: the stage's tasks
@@ -93,9 +103,7 @@ class IngestBar:
     LABELS = {"read": ("reading", "chunk"), "shuffle": ("shuffling", "chunk"), "write": ("writing", "partition")}
 
     def __init__(self, *, file: TextIO | None = None, enabled: bool | None = None) -> None:
-        self.file = file or sys.stderr
-        self.enabled = self.file.isatty() if enabled is None else enabled
-        self._bar: tqdm | None = None
+        super().__init__(file, enabled)
         self._stage: str | None = None
 
     def __call__(self, p: IngestProgress) -> None:
@@ -108,13 +116,15 @@ class IngestBar:
         self._bar.set_postfix_str(f"{p.rows:,} rows", refresh=False)
         self._bar.update(p.done - self._bar.n)
 
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
 
-    def __enter__(self) -> "IngestBar":
-        return self
+class FileBar(_Bar):
+    """A tqdm bar of the files that :func:`nsdist.predict` scores on the cluster: files done of the total and the
+    rows they held.  Use it as its ``on_file`` callback, inside a ``with`` block; ``file`` and ``enabled`` as
+    :class:`TrainingBar`'s."""
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __call__(self, done: int, total: int, rows: int) -> None:
+        if self._bar is None:
+            self._bar = tqdm(total=total, unit="file", desc="scoring", file=self.file, disable=not self.enabled,
+                             dynamic_ncols=True)
+        self._bar.set_postfix_str(f"{rows:,} rows", refresh=False)
+        self._bar.update(done - self._bar.n)

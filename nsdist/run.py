@@ -1,14 +1,13 @@
-"""What the ``nsdist`` commands run: a training job end to end, and scoring a file.
+"""What the ``nsdist`` commands run: a training job end to end.
 
 :func:`run_train` runs a :class:`~nsdist.jobs.TrainJob` (connect, ingest on
 first use, train with progress, checkpoints and a run log, evaluate, write
-the run directory); :func:`predict_file` scores a Parquet or CSV file.  The
+the run directory); scoring is :func:`nsdist.predict`.  The
 command line (:mod:`nsdist.cli`) parses arguments and calls these; so do
 ``pipelines.demo`` and ``deploy/slurm``.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import time
@@ -27,9 +26,8 @@ if TYPE_CHECKING:  # importing them loads Dask, which reads its logging settings
     from .data import Dataset
     from .engine.chain import ChainProgress
 
-__all__ = ["run_train", "TrainRun", "predict_file", "load_rows", "holdout_split", "model_dir", "announce",
-           "RUN_LOG_ONLY", "train_options", "separating_features",
-           "warn_separating_features"]
+__all__ = ["run_train", "TrainRun", "run_evaluate", "run_predict", "load_rows", "holdout_split", "model_dir",
+           "announce", "RUN_LOG_ONLY", "train_options", "separating_features", "warn_separating_features"]
 
 log = logging.getLogger("nsdist")
 
@@ -461,85 +459,59 @@ def _check_source(src: str, options: dict, storage_options: dict | None) -> None
     open_source(src, **{k: v for k, v in options.items() if k in keys}, storage_options=storage_options)
 
 
-# ------------------------------------------------------------- predict I/O
+# ------------------------------------------------------------- evaluate and predict
+def run_evaluate(model: str, dataset: str, *, label_column: str = "label", positive=None, threshold: float = 0.0,
+                 format: str | None = None, storage_options: dict | None = None, scheduler: str | None = None,
+                 out: str | None = None) -> tuple[str, dict, str]:
+    """``nsdist evaluate``: every measure of the model at ``model`` (a model or run directory) on ``dataset``
+    (:func:`nsdist.evaluate`: an svmlight or CSV file scored in this process, a Parquet dataset on the cluster
+    at ``scheduler``, else an embedded one, its dashboard announced), written as JSON to ``out`` (default:
+    ``evaluation.json`` beside the model).  Returns ``(model directory, measures, out)``."""
+    from . import api
+    from .data.fs import atomic_write_bytes
+    from .data.scoring import file_input_format
+    from .engine.cluster import connect
+    from .report import to_json
 
-def predict_file(model: LinearModel, src: str, dst: str, *, label_column: str = "label",
-                 keep: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None,
-                 format: str | None = None) -> int:
-    """Score every row of a Parquet or CSV input and write ``score`` and ``prediction`` to ``dst``.
-
-    Sparse inputs -- an svmlight/LIBSVM file or a Parquet dataset in the sparse
-    layout -- are scored as CSR rows by :func:`nsdist.data.scoring.score_sparse`
-    (the label, and ``keep`` columns of a Parquet input, are copied).
-
-    ``storage_options``: fsspec options for ``src`` and ``dst``.  ``format``: ``"svmlight"``, ``"csv"`` or
-    ``"parquet"``; None: told from the name, as ingest tells it.
-
-    The input's columns must be the model's features plus the label column
-    (optional) and the ``keep`` columns, which are copied to the output.  A
-    model trained on one-hot columns (``nsdist ingest --categorical COL``: the
-    features ``COL=value``) takes the raw column ``COL`` instead, encoded as
-    ingest encoded it (its values stripped of spaces and quotes); a value the
-    model never saw leaves all of its features 0, and a warning counts such
-    rows.  A CSV input may lack a header line (detected as ingest detects it:
-    a first line without a number names the columns), its columns are then
-    ``col0, col1, ...`` as ingest names them.  The input is read in record
-    batches; the output (Parquet or CSV by its extension) is written
-    atomically.  Returns the number of rows.
-
-    Raises
-    ------
-    ValueError
-        If the input's feature columns differ from the model's (naming the
-        difference), a feature column is not numeric, or a ``keep`` column is
-        missing.
-    """
-    from .data.fs import access, atomic_writer
-    from .data.scoring import score_sparse, score_table, sparse_input_format
-
-    fs, path = resolve(src, storage_options)
-    with access(fs, path, "read"):
-        if not fs.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", src)
-    score = score_sparse if sparse_input_format(src, storage_options, format=format) else score_table
-    tables = score(model, src, label_column=label_column, keep=keep, threshold=threshold,
-                   storage_options=storage_options, format=format)
-    first = next(tables)                  # before dst is touched: a bad input leaves it as it was
-    with atomic_writer(dst, storage_options) as f:
-        return _write_tables(f, first, tables, _table_format(dst))
+    where = model_dir(model, storage_options)
+    loaded = api.load_model(where, storage_options)
+    how = dict(threshold=threshold, storage_options=storage_options, positive=positive)
+    if file_input_format(dataset, storage_options, format):     # scored here, chunk by chunk: no cluster
+        result = api.evaluate(loaded, dataset, label_column=label_column, format=format, **how)
+    else:
+        data = api.open_dataset(dataset, label_column=label_column,   # fails before a cluster starts
+                                storage_options=storage_options, positive=positive)
+        with connect(scheduler) as client:
+            announce(client)
+            result = api.evaluate(loaded, data, client=client, **how)
+    out = out or RunDir(os.path.dirname(where.rstrip("/")) or ".").path("evaluation.json")
+    atomic_write_bytes(out, to_json({"model": where, "dataset": dataset, "threshold": threshold,
+                                     "measure": loaded.measure, **result}), storage_options)
+    return where, result, out
 
 
-def _table_format(url: str) -> str:
-    """``csv`` for ``.csv`` names (optionally compressed), else ``parquet``."""
-    name = url.lower().rstrip("/")
-    for ext in (".gz", ".bz2", ".xz", ".zst"):
-        name = name.removesuffix(ext)
-    return "csv" if name.endswith(".csv") else "parquet"
+def run_predict(model: str, src: str, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
+                threshold: float = 0.0, storage_options: dict | None = None, format: str | None = None,
+                scheduler: str | None = None, progress: bool = True) -> dict:
+    """``nsdist predict``: score ``src`` with the model at ``model`` (a model or run directory) into ``dst``
+    (:func:`nsdist.predict`: a file, in this process; a directory, on the cluster at ``scheduler``, else an
+    embedded one, its dashboard announced, with a progress bar on a terminal); :func:`nsdist.predict`'s result."""
+    from . import api
+    from .data.scoring import output_format
+    from .engine.cluster import connect
+    from .progress import FileBar
 
-
-#: ``nsdist predict`` writes its Parquet output in row groups of at least this many rows
-OUTPUT_ROW_GROUP = 1 << 20
-
-
-def _write_tables(f, first, rest, fmt: str) -> int:
-    """Write ``first`` and then every table of ``rest`` (the same columns) to the binary file ``f`` as one CSV
-    or Parquet file (row groups of at least :data:`OUTPUT_ROW_GROUP` rows, each written once it is full);
-    the number of rows."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    rows, held = 0, []
-    with (pacsv.CSVWriter(f, first.schema) if fmt == "csv" else pq.ParquetWriter(f, first.schema)) as writer:
-        for table in itertools.chain([first], rest):
-            held.append(table)
-            rows += table.num_rows
-            if sum(t.num_rows for t in held) >= OUTPUT_ROW_GROUP:
-                writer.write_table(pa.concat_tables(held))
-                held = []
-        if held or rows == 0:
-            writer.write_table(pa.concat_tables(held or [first]))
-    return rows
+    loaded = api.load_model(model_dir(model, storage_options), storage_options)
+    how = dict(label_column=label_column, keep=keep, threshold=threshold, storage_options=storage_options,
+               format=format)
+    if output_format(dst) is not None:
+        if scheduler:
+            raise ValueError(f"--scheduler: {dst} is one file, written by this process; name a directory to "
+                             "score the input on the cluster")
+        return api.predict(loaded, src, dst, **how)
+    with connect(scheduler) as client, FileBar(enabled=None if progress else False) as bar:
+        announce(client)
+        return api.predict(loaded, src, dst, client=client, on_file=bar, **how)
 
 
 # ------------------------------------------------------------------ helpers

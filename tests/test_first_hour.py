@@ -328,6 +328,6 @@ def test_the_command_line_only_parses_and_the_pipelines_use_the_run_module():
     assert out.stdout.split() == ["False", "True"]
     from nsdist import cli, run
 
-    assert not hasattr(cli, "run_train") and not hasattr(cli, "predict_file")
-    assert callable(run.run_train) and callable(run.predict_file)
+    assert not hasattr(cli, "run_train") and not hasattr(cli, "run_predict")
+    assert callable(run.run_train) and callable(run.run_predict)
     assert len((REPO / "nsdist" / "cli.py").read_text().splitlines()) < 600

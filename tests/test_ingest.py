@@ -494,7 +494,7 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     without one -- as it scores the ingested rows (values stripped of spaces and quotes as ingest strips them);
     a category the model never saw leaves its features 0, and a warning counts such rows."""
     from nsdist.model import LinearModel
-    from nsdist.run import predict_file
+    from nsdist.data.scoring import write_scores
 
     rng = np.random.default_rng(0)
     n = 60
@@ -508,9 +508,9 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     assert list(ds.feature_names) == ["a", "proto=icmp", "proto=tcp", "proto=udp", "b", "service=ftp",
                                       "service=http", "service=smtp"]
     model = LinearModel(rng.normal(size=ds.n_features), 0.25, "pauc", feature_names=list(ds.feature_names))
-    assert predict_file(model, ds.url, str(tmp_path / "ingested.parquet")) == n
+    assert write_scores(model, ds.url, str(tmp_path / "ingested.parquet")) == n
     expected = pd.read_parquet(tmp_path / "ingested.parquet")["score"].to_numpy()
-    assert predict_file(model, str(raw), str(tmp_path / "raw.parquet")) == n
+    assert write_scores(model, str(raw), str(tmp_path / "raw.parquet")) == n
     got = pd.read_parquet(tmp_path / "raw.parquet")
     np.testing.assert_allclose(got["score"], expected, rtol=1e-12, atol=1e-12)
     assert list(got.columns) == ["label", "score", "prediction"] and list(got["label"]) == list(label)
@@ -518,7 +518,7 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
     frame = pd.DataFrame({"a": a, "proto": proto, "b": b, "service": [" " + v.strip('"') for v in service],
                           "label": label})
     frame.to_parquet(tmp_path / "raw.parquet")
-    predict_file(model, str(tmp_path / "raw.parquet"), str(tmp_path / "from_parquet.parquet"))
+    write_scores(model, str(tmp_path / "raw.parquet"), str(tmp_path / "from_parquet.parquet"))
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "from_parquet.parquet")["score"], expected, rtol=1e-12,
                                atol=1e-12)
     # evaluate on the raw rows: the measures of the ingested dataset, streamed through the cluster
@@ -533,25 +533,25 @@ def test_predict_encodes_raw_categories_as_ingest_did(tmp_path, dask_client):
                    client=dask_client)
     assert list(named.feature_names)[:2] == ["col0", "col1=icmp"]
     model2 = LinearModel(model.coef, 0.25, "pauc", feature_names=list(named.feature_names))
-    predict_file(model2, str(bare), str(tmp_path / "bare.parquet"), label_column="col4")
+    write_scores(model2, str(bare), str(tmp_path / "bare.parquet"), label_column="col4")
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "bare.parquet")["score"], expected, rtol=1e-12, atol=1e-12)
     # a category the model never saw: its one-hot features 0
     new = tmp_path / "new.csv"
     new.write_text("a,proto,b,service,label\n1.5,sctp,2,http,0\n1.5,tcp,2,http,0\n")
     with pytest.warns(UserWarning, match=re.escape("1 row holds a value of 'proto' the model was not trained on "
                                                    "(e.g. 'sctp'): its proto features are 0")):
-        predict_file(model, str(new), str(tmp_path / "new.parquet"))
+        write_scores(model, str(new), str(tmp_path / "new.parquet"))
     # a CSV whose name does not say so (LIBSVM's convention: no extension is svmlight): told, or given format=
     unnamed = tmp_path / "unnamed"
     unnamed.write_text(raw.read_text())
     hint = "line 1: comma-separated fields and no index:value pair: not svmlight. A CSV file whose name does not "
-    for call in (lambda: predict_file(model, str(unnamed), str(tmp_path / "u.parquet")),
+    for call in (lambda: write_scores(model, str(unnamed), str(tmp_path / "u.parquet")),
                  lambda: ingest(unnamed, tmp_path / "u", client=dask_client),
                  lambda: evaluate(model, str(unnamed))):
         with pytest.raises(ValueError, match=re.escape(hint + "say so? Name it .csv, or pass format='csv'")):
             call()
     assert evaluate(model, str(unnamed), format="csv") == on_raw
-    predict_file(model, str(unnamed), str(tmp_path / "u.parquet"), format="csv")
+    write_scores(model, str(unnamed), str(tmp_path / "u.parquet"), format="csv")
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "u.parquet")["score"], expected, rtol=1e-12, atol=1e-12)
     w = dict(zip(model.feature_names, model.coef))
     scores = pd.read_parquet(tmp_path / "new.parquet")["score"]

@@ -247,6 +247,34 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
     np.testing.assert_allclose(scores.column("score").to_numpy()[:1000], model.decision_function(X))
 
 
+def test_predict_scores_an_s3_dataset_into_an_s3_directory_on_the_workers(s3, cluster, opts, embedded_run):
+    """``nsdist predict`` to a directory: the real workers, which have no credentials of their own, read the 20
+    partitions and write the 20 parts with the forwarded options; the manifest comes last and the marker is gone;
+    the scores are the model's on the rows.  A run refused on the driver (a model of other features) leaves the
+    published output as it was."""
+    fs = s3.filesystem()
+    out = f"{s3.bucket}/scores/letter-parts"
+    stdout = nsdist("predict", embedded_run, s3.url("letter"), s3.url("scores/letter-parts"), "--storage-options",
+                    opts, "--scheduler", cluster.address, "--keep", "label").stdout
+    assert "20000 rows scored of 20 files on the cluster" in stdout
+    names = keys(fs, out)
+    assert names == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(20))] and INCOMPLETE not in names
+    assert json.loads(fs.cat_file(f"{out}/_nsdist.json"))["format"] == "nsdist-predictions"
+    scores = pa.concat_tables([pq.read_table(f"{out}/{n}", filesystem=fs) for n in names[1:]])
+    model = load_model(embedded_run + "/model", s3.options)
+    ds = Dataset.open(s3.url("letter"), storage_options=s3.options)
+    blocks = [ds.read_partition(p.index) for p in ds.partitions]
+    X, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    np.testing.assert_allclose(scores.column("score").to_numpy(), model.decision_function(X), rtol=1e-12)
+    np.testing.assert_array_equal(scores.column("label").to_numpy(), y)
+    before = {n: fs.cat_file(f"{out}/{n}") for n in names}
+    other = LinearModel(np.ones(16), 0.0, "pauc", feature_names=[f"f{j}" for j in range(16)])
+    other.save(s3.url("other-model"), s3.options)
+    line = nsdist("predict", s3.url("other-model"), s3.url("letter"), s3.url("scores/letter-parts"),
+                  "--storage-options", opts, "--scheduler", cluster.address, code=1).stderr
+    assert "f0" in line and {n: fs.cat_file(f"{out}/{n}") for n in keys(fs, out)} == before
+
+
 def test_the_defaults_k_fold_selection_reads_s3_on_the_workers_and_is_the_estimators_model(s3, cluster, letter_url):
     """The default on the S3 copy of Letter selects by 5 folds (a holdout would hold 78 positives): the workers,
     which have no credentials of their own, read the partitions with the forwarded options, the fold fits run

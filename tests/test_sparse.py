@@ -417,13 +417,13 @@ def test_nsdist_evaluate_takes_an_svmlight_file(tmp_path, dask_client, shared_da
 
 
 def test_predict_scores_svmlight_files_and_sparse_datasets(tmp_path, dask_client):
-    from nsdist.run import predict_file
+    from nsdist.data.scoring import write_scores
 
     src = tmp_path / "small.svm"
     src.write_text(SVMLIGHT)
     coef = RNG.normal(size=1000)
     model = LinearModel(coef=coef, intercept=0.1, measure="prec@k")
-    n = predict_file(model, str(src), str(tmp_path / "scores.parquet"))
+    n = write_scores(model, str(src), str(tmp_path / "scores.parquet"))
     out = pq.read_table(tmp_path / "scores.parquet")
     rows = _svmlight_rows(SVMLIGHT)
     expected = [sum(coef[i - 1] * v for i, v in pairs) + 0.1 for _, pairs in rows]
@@ -433,17 +433,17 @@ def test_predict_scores_svmlight_files_and_sparse_datasets(tmp_path, dask_client
     np.testing.assert_array_equal(out.column("prediction").to_numpy(), np.where(np.array(expected) > 0, 1, -1))
 
     ds = ingest(src, tmp_path / "ds", layout="sparse", shuffle=False, n_features=1000, client=dask_client)
-    assert predict_file(model, ds.url, str(tmp_path / "scores.csv")) == 5
+    assert write_scores(model, ds.url, str(tmp_path / "scores.csv")) == 5
     csv_scores = np.loadtxt(tmp_path / "scores.csv", delimiter=",", skiprows=1, usecols=1)
     np.testing.assert_allclose(csv_scores, expected, rtol=1e-9)
 
     narrow = LinearModel(coef=np.ones(10), intercept=0.0, measure="auc")
     with pytest.raises(ValueError, match="small.svm: line 2: feature index 1000 exceeds n_features = 10"):
-        predict_file(narrow, str(src), str(tmp_path / "x.parquet"))
+        write_scores(narrow, str(src), str(tmp_path / "x.parquet"))
     with pytest.raises(ValueError, match="has 1000 features, the model expects 10"):
-        predict_file(narrow, ds.url, str(tmp_path / "x.parquet"))
+        write_scores(narrow, ds.url, str(tmp_path / "x.parquet"))
     with pytest.raises(ValueError, match="--keep column"):
-        predict_file(model, ds.url, str(tmp_path / "x.parquet"), keep=["id"])
+        write_scores(model, ds.url, str(tmp_path / "x.parquet"), keep=["id"])
     assert not (tmp_path / "x.parquet").exists()
 
 

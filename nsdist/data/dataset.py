@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +49,7 @@ from nsdist.solvers.scaling import Scaling
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["PartitionInfo", "Dataset", "SPLIT_BYTES"]
+__all__ = ["PartitionInfo", "Dataset", "SPLIT_BYTES", "FilePart", "file_parts"]
 
 #: A file whose row groups hold more than this many bytes, uncompressed (by its footer), is read as several
 #: partitions: runs of consecutive row groups, each of at most this many bytes or else of one row group
@@ -189,18 +189,15 @@ class Dataset:
                               stacklevel=2)
                 continue
             relative = posixpath.relpath(p, root) if root else posixpath.basename(p)
-            runs = _row_group_runs(file_meta)
-            file_row = 0
-            for groups in runs or [(0, file_meta.num_row_groups)]:
-                rows = num_rows if runs is None else sum(file_meta.row_group(r).num_rows for r in range(*groups))
-                key = [relative, size, num_rows] + ([] if runs is None else [list(groups)])
+            for groups, file_row, rows in _runs(file_meta):
+                span = groups or (0, file_meta.num_row_groups)
+                key = [relative, size, num_rows] + ([] if groups is None else [list(groups)])
                 partitions.append(PartitionInfo(
                     p, len(partitions), rows, offset, size, meta.sha256_json(key),
-                    None if schema.positive else _label_range(file_meta, schema.label, groups=groups),
-                    _value_count(file_meta, "indices", groups) if schema.layout == "sparse" else None,
-                    None if runs is None else groups, file_row))
+                    None if schema.positive else _label_range(file_meta, schema.label, groups=span),
+                    _value_count(file_meta, "indices", span) if schema.layout == "sparse" else None,
+                    groups, file_row))
                 offset += rows
-                file_row += rows
         if not partitions:
             raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
         fingerprint = meta.sha256_json({"schema": schema.describe(),
@@ -286,6 +283,10 @@ class Dataset:
         neg = any(r[0] < 1 for r in ranges)
         pos = any(r[1] >= 1 for r in ranges)
         return True if neg and pos else None
+
+    def file_parts(self) -> list[FilePart]:
+        """The partitions as :class:`FilePart`: what each reads of which file."""
+        return [FilePart(p.path, p.row_groups, p.file_row, p.num_rows) for p in self.partitions]
 
     def partition_name(self, i: int) -> str:
         """How partition ``i`` is named in messages: ``"<file> (partition i)"``; for a part of a file
@@ -470,6 +471,31 @@ def _native_dtype(arrow: pa.Schema, schema: FeatureSchema) -> str:
     return "float32"
 
 
+class FilePart(NamedTuple):
+    """What one task reads of a Parquet file: the whole file (``row_groups`` None) or a run of its row groups
+    ``range(*row_groups)``, whose first row is the file's row ``file_row``, holding ``num_rows`` rows (a
+    partition of :meth:`Dataset.open`'s, without its checks)."""
+
+    path: str
+    row_groups: tuple[int, int] | None
+    file_row: int
+    num_rows: int
+
+
+def file_parts(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = None
+               ) -> tuple[AbstractFileSystem, str, list[FilePart]]:
+    """``(fs, root, parts)``: the Parquet data files at ``url`` (a file, a directory or a glob) as
+    :meth:`Dataset.open` finds them -- files ending ``.parquet`` / ``.parq`` / ``.pq`` whose path below
+    ``root`` has no part starting with ``_`` or ``.``, sorted -- split as it splits them (:func:`_runs`), from
+    their footers alone: no column is checked (``root`` is ``""`` for a single file).  Empty files are left
+    out.  Raises :class:`~nsdist.data.fs.DataNotFoundError` if there are none."""
+    fs, path = resolve(url, storage_options)
+    root, files = _discover(fs, path, str(url))
+    footers = _read_footers(fs, [p for p, _ in files])
+    return fs, root, [FilePart(p, groups, first, rows) for (p, _), (_, _, metadata) in zip(files, footers)
+                      for groups, first, rows in _runs(metadata)]
+
+
 def _is_data_file(path: str, root: str) -> bool:
     parts = posixpath.relpath(path, root).split("/")
     return path.lower().endswith(_SUFFIXES) and not any(p.startswith(("_", ".")) for p in parts)
@@ -542,6 +568,19 @@ def _row_group_runs(metadata: pq.FileMetaData) -> list[tuple[int, int]] | None:
         held += size
     runs.append((start, len(sizes)))
     return [run for run in runs if sum(metadata.row_group(r).num_rows for r in range(*run))] or None
+
+
+def _runs(metadata: pq.FileMetaData) -> list[tuple[tuple[int, int] | None, int, int]]:
+    """``(row groups, first row, rows)`` of each partition of a file (:func:`_row_group_runs`; row groups None:
+    the whole file), those with rows."""
+    runs = _row_group_runs(metadata)
+    out, first = [], 0
+    for groups in runs or [None]:
+        rows = metadata.num_rows if groups is None else sum(metadata.row_group(r).num_rows for r in range(*groups))
+        if rows:
+            out.append((groups, first, rows))
+        first += rows
+    return out
 
 
 def _value_count(metadata: pq.FileMetaData, column: str, groups: tuple[int, int]) -> int:

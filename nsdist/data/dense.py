@@ -82,8 +82,9 @@ def _as_numpy(column: pa.ChunkedArray, target: pa.DataType) -> np.ndarray:
     return np.concatenate([numpy_of(c if c.type == target else c.cast(target, safe=False)) for c in chunks])
 
 
-def _check_nulls(table: pa.Table, names: Sequence[str], where: str) -> None:
-    """Raise the first null of the feature columns (by column, then row), naming row and feature."""
+def _check_nulls(table: pa.Table, names: Sequence[str], where: str, first_row: int = 0) -> None:
+    """Raise the first null of the feature columns (by column, then row), naming row (``first_row`` the
+    table's first) and feature."""
     for name in names:
         column = table.column(name)
         if column.null_count:
@@ -91,7 +92,7 @@ def _check_nulls(table: pa.Table, names: Sequence[str], where: str) -> None:
             for chunk in column.chunks:
                 if chunk.null_count:
                     row = offset + int(np.argmax(chunk.is_null().to_numpy(zero_copy_only=False)))
-                    raise missing_feature(where, row, name)
+                    raise missing_feature(where, first_row + row, name)
                 offset += len(chunk)
 
 
@@ -102,20 +103,23 @@ def missing_feature(where: str, row: int, name: str) -> ValueError:
                       "column out (feature_columns)")
 
 
-def _first_non_finite(values: list[np.ndarray], bad_columns: list[int], names: Sequence[str], where: str):
-    """The ``ValueError`` of the first non-finite cell in row-major order among ``bad_columns``."""
+def _first_non_finite(values: list[np.ndarray], bad_columns: list[int], names: Sequence[str], where: str,
+                      first_row: int = 0):
+    """The ``ValueError`` of the first non-finite cell in row-major order among ``bad_columns`` (rows counted
+    from ``first_row``)."""
     best = None
     for j in bad_columns:
         row = int(np.argmax(~np.isfinite(values[j])))
         if best is None or row < best[0]:       # columns ascend: a tie keeps the leftmost
             best = (row, j)
     row, j = best
-    return ValueError(f"{where}: row {row}: feature {names[j]!r} = {values[j][row]} is not finite")
+    return ValueError(f"{where}: row {first_row + row}: feature {names[j]!r} = {values[j][row]} is not finite")
 
 
 def checked_columns(table: pa.Table, columns: Sequence[str], names: Sequence[str], dtype,
-                    where: str) -> list[np.ndarray]:
-    """The feature columns as 1-D ndarrays of ``dtype``, every row checked (step 1 of the module docstring).
+                    where: str, first_row: int = 0) -> list[np.ndarray]:
+    """The feature columns as 1-D ndarrays of ``dtype``, every row checked (step 1 of the module docstring);
+    ``first_row``: the number of the table's first row in messages (a batch of a larger file).
 
     Raises
     ------
@@ -123,9 +127,9 @@ def checked_columns(table: pa.Table, columns: Sequence[str], names: Sequence[str
         ``"<where>: row r: feature 'name' is missing (null)"`` or ``... = v is not finite``.
     """
     target = pa.from_numpy_dtype(np.dtype(dtype))
-    _check_nulls(table, columns, where)
+    _check_nulls(table, columns, where, first_row)
     values = [_as_numpy(table.column(name), target) for name in columns]
     bad = [j for j, v in enumerate(values) if v.size and not (np.isfinite(v.min()) and np.isfinite(v.max()))]
     if bad:
-        raise _first_non_finite(values, bad, names, where)
+        raise _first_non_finite(values, bad, names, where, first_row)
     return values

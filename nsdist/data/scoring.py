@@ -26,6 +26,7 @@ detected as ingest detects it; without one its columns are ``col0, col1, ...``.
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,10 @@ import warnings
 import numpy as np
 import pyarrow as pa
 
-from nsdist.data.dataset import Dataset, _read_footer
-from nsdist.data.fs import resolve
+from nsdist._threads import one_blas_thread
+from nsdist.data.dataset import Dataset, _read_footer, file_parts
+from nsdist.data.dense import checked_columns
+from nsdist.data.fs import display, resolve
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
 from nsdist.data.sources import category_codes, category_text, infer_format
@@ -44,7 +47,8 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 __all__ = ["is_svmlight", "is_table_file", "file_input_format", "sparse_input_format", "sparse_rows", "score_sparse",
-           "table_rows", "score_table"]
+           "open_sparse", "table_rows", "score_table", "unseen_message", "scorer", "output_format", "write_tables",
+           "write_scores", "OUTPUT_ROW_GROUP"]
 
 _OUTPUT_COLUMNS = ("score", "prediction")
 #: :func:`table_rows` decodes batches of about this many bytes as float64 (at least 1024 rows), one batch ahead, of
@@ -110,9 +114,12 @@ def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = No
 
 def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
                 storage_options: Mapping[str, Any] | None = None,
-                chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None, format: str | None = None
-                ) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
+                chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None, format: str | None = None,
+                part: tuple[tuple[int, int], int] | None = None) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
     """Stream a sparse input as ``(copied columns, X)`` chunks, ``X`` CSR of ``n_features`` columns.
+
+    ``part``: only the partition of the Parquet file ``src`` that reads its row groups ``range(*part[0])``
+    (the file's partitions are :meth:`~nsdist.data.Dataset.open`'s, so those of the dataset it came from).
 
     ``positive``: the label value(s) of the positive class (default: svmlight labels ``> 0``, Parquet labels
     ``{-1, +1}``, ``{0, 1}`` or bool); the label comes out in ``{-1, +1}``.
@@ -136,6 +143,25 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
             rows = parse_svmlight(block, rule, n_features=n_features)
             yield pa.table({"label": pa.array(rows.labels, pa.int8())}), rows.to_csr(n_features)
         return
+    ds = open_sparse(src, n_features, label_column=label_column, keep=keep, storage_options=storage_options,
+                     positive=positive)
+    chosen = [p.index for p in ds.partitions if part is None or p.row_groups == tuple(part[0])]
+    if part is not None and not chosen:
+        raise ValueError(f"{src}: no partition of it reads the row groups {tuple(part[0])} (its partitions: "
+                         f"{[p.row_groups for p in ds.partitions]})")
+    for i in chosen:
+        X, y = ds.read_partition(i)
+        copied = {label_column: pa.array(y, pa.int8())}
+        if keep:
+            table, _ = ds._read(i, list(keep))
+            copied.update({c: table.column(c) for c in keep if c != label_column})
+        yield pa.table(copied), X
+
+
+def open_sparse(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
+                storage_options: Mapping[str, Any] | None = None, positive: LabelValues = None) -> Dataset:
+    """The sparse Parquet dataset ``src``, checked as :func:`sparse_rows` checks it before it reads a row: its
+    dimension is ``n_features``, and the ``keep`` columns exist and are not the output's."""
     ds = Dataset.open(src, label_column=label_column, storage_options=storage_options, positive=positive)
     if ds.n_features != n_features:
         raise ValueError(f"{src} has {ds.n_features} features, the model expects {n_features}")
@@ -147,23 +173,20 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
     extra = [c for c in keep if c in _OUTPUT_COLUMNS]
     if extra:
         raise ValueError(f"{src} has a column {extra[0]!r}, which the output uses for the model's {extra[0]}s")
-    for i in range(len(ds.partitions)):
-        X, y = ds.read_partition(i)
-        copied = {label_column: pa.array(y, pa.int8())}
-        if keep:
-            table, _ = ds._read(i, list(keep))
-            copied.update({c: table.column(c) for c in keep if c != label_column})
-        yield pa.table(copied), X
+    return ds
 
 
 def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                  threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
-                 format: str | None = None) -> Iterator[pa.Table]:
+                 format: str | None = None, unseen_out: dict[str, list] | None = None,
+                 part: tuple[tuple[int, int], int] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row, chunk by
-    chunk (an input without rows: one table without rows; ``format``: as :func:`sparse_input_format`)."""
+    chunk (an input without rows: one table without rows; ``format``: as :func:`sparse_input_format`).
+    ``unseen_out`` and ``part`` as :func:`score_table`'s (sparse rows have no raw one-hot columns, so
+    ``unseen_out`` stays empty)."""
     empty = True
     for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep,
-                                 storage_options=storage_options, format=format):
+                                 storage_options=storage_options, format=format, part=part):
         empty = False
         yield _scored(copied, model.decision_function(X) if X.shape[0] else np.zeros(0), threshold)
     if empty:
@@ -178,9 +201,16 @@ def _scored(copied: pa.Table, scores: np.ndarray, threshold: float) -> pa.Table:
 
 
 def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
-               storage_options: Mapping[str, Any] | None = None, format: str | None = None
+               storage_options: Mapping[str, Any] | None = None, format: str | None = None,
+               unseen_out: dict[str, list] | None = None, part: tuple[tuple[int, int], int] | None = None
                ) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Stream a CSV or dense Parquet input as ``(copied columns, scores)`` batches (module doc).
+
+    ``part``: ``((start, stop), first row)``: only the row groups ``range(start, stop)`` of the Parquet file
+    ``src``, whose first row is the file's row ``first row`` (a :class:`~nsdist.data.dataset.FilePart`).
+
+    ``unseen_out``: where to put, at the end, ``{column: [rows, first value]}`` of the one-hot values the model
+    never saw, instead of warning (:func:`unseen_message`): a worker's caller warns on the driver.
 
     ``model``: anything with ``feature_names``, ``measure`` and ``decision_function``
     (a :class:`~nsdist.model.LinearModel`).  ``format``: ``"csv"`` or ``"parquet"``
@@ -205,8 +235,17 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
 
         layout = CsvLayout.detect(fs, path, label_column=0)         # the names, header line or not
         names = list(layout.names)
-    else:
-        names = pads.dataset(path, filesystem=fs, format=fmt).schema.names
+    else:               # the files Dataset.open would read (a directory, a glob), or the one part
+        parquet = pads.ParquetFileFormat(     # pre-buffering kept a file's row groups read so far (SCAN_BYTES)
+            default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
+        if part is None:
+            data = pads.dataset(list(dict.fromkeys(p.path for p in file_parts(src, storage_options)[2])),
+                                filesystem=fs, format=parquet)
+        else:                                  # a run of one file's row groups
+            whole = pads.dataset(path, filesystem=fs, format=parquet)
+            fragment = next(whole.get_fragments()).subset(row_group_ids=list(range(*part[0])))
+            data = pads.FileSystemDataset([fragment], whole.schema, parquet, filesystem=fragment.filesystem)
+        names = data.schema.names
     absent = [c for c in keep if c not in names]
     if absent:
         raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
@@ -228,38 +267,132 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
         data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
             read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
             convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
-    else:       # pre-buffering kept a file's row groups read so far in memory (SCAN_BYTES)
-        data = pads.dataset(path, filesystem=fs, format=pads.ParquetFileFormat(
-            default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False)))
     for name in plain:
         kind = data.schema.field(name).type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
             raise ValueError(f"column {name!r} of {src} is {kind}, not numeric")
     position = {f: j for j, f in enumerate(features)}
+    # float32 columns are checked as they are stored and widened as they are copied into X (exact either way)
+    read_as = np.float32 if {data.schema.field(c).type for c in plain} == {pa.float32()} else np.float64
     unseen: dict[str, list] = {}
     yield pa.table({c: pa.array([], data.schema.field(c).type) for c in copied}), np.zeros(0)
-    for batch in data.to_batches(columns=copied + [c for c in names if c not in copied], batch_readahead=1,
-                                 fragment_readahead=1, batch_size=max(1024, SCAN_BYTES // (8 * len(names)))):
-        X = np.column_stack([batch.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in plain]
-                            or [np.zeros((batch.num_rows, 0))])
+    read = {} if part is None else {path: part[1]}       # rows read so far of each file, for messages
+    for tagged in data.scanner(columns=copied + [c for c in names if c not in copied], batch_readahead=1,
+                               fragment_readahead=1,
+                               batch_size=max(1024, SCAN_BYTES // (8 * len(names)))).scan_batches():
+        batch, file = tagged.record_batch, tagged.fragment.path
+        first_row = read.get(file, 0)
+        read[file] = first_row + batch.num_rows
+        values = checked_columns(pa.Table.from_batches([batch]), plain, plain, read_as, display(fs, file),
+                                 first_row)
+        X = np.empty((batch.num_rows, len(values)), order="F")   # column by column: contiguous copies
+        for j, v in enumerate(values):
+            X[:, j] = v
         if onehot:          # CSR: a column of many categories is never densified
             X = _with_one_hot(X, batch, onehot, [position[f] for f in plain], position, len(features), unseen)
         scores = model.decision_function(X) if batch.num_rows else np.zeros(0)
         yield pa.table({c: batch.column(c) for c in copied}), scores
+    if unseen_out is not None:
+        unseen_out.update(unseen)
+        return
     for column, (count, example) in unseen.items():
-        warnings.warn(f"{src}: {count} row{'s hold' if count != 1 else ' holds'} a value of {column!r} the model "
-                      f"was not trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} "
-                      "features are 0", stacklevel=3)
+        warnings.warn(unseen_message(src, column, count, example), stacklevel=3)
+
+
+def unseen_message(src: str, column: str, count: int, example: str) -> str:
+    """What a scorer says of ``count`` rows of ``src`` whose value of the one-hot ``column`` the model was not
+    trained on (``example`` the first such value)."""
+    return (f"{src}: {count} row{'s hold' if count != 1 else ' holds'} a value of {column!r} the model was not "
+            f"trained on (e.g. {example!r}): {'their' if count != 1 else 'its'} {column} features are 0")
 
 
 def score_table(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
-                format: str | None = None) -> Iterator[pa.Table]:
+                format: str | None = None, unseen_out: dict[str, list] | None = None,
+                part: tuple[tuple[int, int], int] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row of a CSV or
     dense Parquet input, batch by batch (:func:`table_rows`; the first table has no rows)."""
     for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
-                                     storage_options=storage_options, format=format):
+                                     storage_options=storage_options, format=format, unseen_out=unseen_out,
+                                     part=part):
         yield _scored(copied, scores, threshold)
+
+
+def scorer(src: str, storage_options: Mapping[str, Any] | None = None, format: str | None = None):
+    """:func:`score_sparse` for a sparse input (:func:`sparse_input_format`), else :func:`score_table`."""
+    return score_sparse if sparse_input_format(src, storage_options, format=format) else score_table
+
+
+#: the output name endings of a single scored file, by format; any other name is a directory of part files
+_OUTPUT_SUFFIXES = {"csv": (".csv",), "parquet": (".parquet", ".parq", ".pq")}
+
+
+def output_format(url: str) -> str | None:
+    """``"csv"`` for a ``.csv`` name (optionally compressed), ``"parquet"`` for ``.parquet`` / ``.parq`` /
+    ``.pq``, None for any other name: a directory of part files (:func:`nsdist.predict`)."""
+    name = url.lower().rstrip("/") if not url.endswith("/") else ""
+    for ext in (".gz", ".bz2", ".xz", ".zst"):
+        name = name.removesuffix(ext)
+    return next((fmt for fmt, suffixes in _OUTPUT_SUFFIXES.items() if name.endswith(suffixes)), None)
+
+
+#: scored output is written in Parquet row groups of at least this many rows
+OUTPUT_ROW_GROUP = 1 << 20
+
+
+def write_tables(f, first: pa.Table, rest: Iterator[pa.Table], fmt: str) -> int:
+    """Write ``first`` and then every table of ``rest`` (the same columns) to the binary file ``f`` as one CSV
+    or Parquet file (row groups of at least :data:`OUTPUT_ROW_GROUP` rows, each written once it is full);
+    the number of rows."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    rows, held = 0, []
+    with (pacsv.CSVWriter(f, first.schema) if fmt == "csv" else pq.ParquetWriter(f, first.schema)) as writer:
+        for table in itertools.chain([first], rest):
+            held.append(table)
+            rows += table.num_rows
+            if sum(t.num_rows for t in held) >= OUTPUT_ROW_GROUP:
+                writer.write_table(pa.concat_tables(held))
+                held = []
+        if held or rows == 0:
+            writer.write_table(pa.concat_tables(held or [first]))
+    return rows
+
+
+def write_scores(model, src: str, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
+                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                 format: str | None = None, atomic: bool = True, unseen_out: dict[str, list] | None = None,
+                 part: tuple[tuple[int, int], int] | None = None) -> int:
+    """Score every row of the input ``src`` and write the copied columns, ``score`` and ``prediction`` to the
+    file ``dst`` (CSV for a ``.csv`` name, else Parquet), streaming: one batch in memory at a time.
+
+    ``src`` as :func:`score_sparse` or :func:`score_table` read it (told apart by :func:`scorer`).  The
+    input's columns are checked before ``dst`` is touched, so a bad input leaves it as it was; ``atomic``:
+    written to a sibling and published whole at the end (:func:`~nsdist.data.fs.atomic_writer`), else written
+    in place (a part file of a directory published whole, :func:`nsdist.engine.predict.predict_files`).
+    ``unseen_out`` and ``part`` (a run of the file's row groups): as :func:`table_rows`'s.  The scores are
+    computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits wherever it is
+    computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of rows.
+    """
+    from nsdist.data.fs import access, atomic_writer
+
+    fs, path = resolve(src, storage_options)
+    with access(fs, path, "read"):
+        if not any(c in path for c in "*?[") and not fs.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", src)
+    score = scorer(src, storage_options, format)
+    tables = score(model, src, label_column=label_column, keep=keep, threshold=threshold,
+                   storage_options=storage_options, format=format, unseen_out=unseen_out, part=part)
+    with one_blas_thread():
+        first = next(tables)              # before dst is touched: a bad input leaves it as it was
+        fmt = output_format(dst) or "parquet"
+        if atomic:
+            with atomic_writer(dst, storage_options) as f:
+                return write_tables(f, first, tables, fmt)
+        out_fs, out = resolve(dst, storage_options)
+        with access(out_fs, out, "write"), out_fs.open(out, "wb") as f:
+            return write_tables(f, first, tables, fmt)
 
 
 def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -5,7 +5,8 @@ cannot stream it through the cluster.  Its rows are scored here in the calling
 process, chunk by chunk, as CSR (:func:`nsdist.data.scoring.sparse_rows`: nothing is
 densified, only the ``n`` scores and labels are kept), and every measure of docs/measures.md is
 computed exactly by :mod:`nsdist.metrics` -- the same values, ties included, that
-:func:`~nsdist.engine.evaluate.evaluate_dataset` gives on the ingested dataset.
+:func:`~nsdist.engine.evaluate.evaluate_dataset` gives on the ingested dataset (the scores on one BLAS
+thread, as the cluster's tasks compute them: :mod:`nsdist._threads`).
 
 ``nsdist.evaluate(model, "test.svm")`` can use :func:`evaluate_sparse_input` when
 :func:`nsdist.data.scoring.is_svmlight` says so.
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import on_one_blas_thread
 from ..solvers.measure import all_measures
 from .._validation import check_beta, resolve_k
 from ..data.scoring import sparse_rows, table_rows
@@ -45,6 +47,7 @@ def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int |
             "n_rows": int(n), "n_positives": n_pos, "beta": beta, "k": int(K)}
 
 
+@on_one_blas_thread
 def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
                           threshold: float = 0.0, label_column: str = "label",
                           storage_options: Mapping[str, Any] | None = None, positive=None,
@@ -62,6 +65,7 @@ def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float 
     return evaluate_scores(y, s, beta=beta, k=k, threshold=threshold, where=src)
 
 
+@on_one_blas_thread
 def evaluate_table_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
                          threshold: float = 0.0, label_column: str = "label",
                          storage_options: Mapping[str, Any] | None = None, positive=None,

@@ -1,0 +1,285 @@
+"""Scoring a dataset on the cluster: ``nsdist.predict`` / ``nsdist predict`` with a directory output.
+
+Each Parquet file of the input is scored by one task on a worker into ``part-NNNNN.parquet``; the directory is
+published whole (docs/engine.md §Scoring on the cluster).  The parts, read in order, must be the very table that
+the one-process path writes for a single output file, and the scores must be ``X @ w + b`` computed here from the
+rows as read by pyarrow.  The clusters are real: ``dask scheduler`` / ``dask worker`` processes on 127.0.0.1 and
+the session's ``LocalCluster``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import nsdist
+from nsdist.data import Dataset, scoring
+from nsdist.data.scoring import output_format, write_scores
+from nsdist.engine.predict import PREDICTIONS_FORMAT
+from nsdist.model import LinearModel
+
+REPO = Path(__file__).resolve().parents[1]
+LETTER = REPO / "data" / "letter" / "letter-recognition.data"
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(scope="module")
+def cluster(dask_processes):
+    """A ``dask scheduler`` and two ``dask worker`` processes."""
+    return dask_processes(2)
+
+
+@pytest.fixture(scope="module")
+def letter(tmp_path_factory, dask_client):
+    """Letter ingested into 7 partitions, and a model of its 16 features."""
+    root = tmp_path_factory.mktemp("letter")
+    ds = nsdist.ingest(str(LETTER), str(root / "data"), format="csv", label_column=0, positive="N",
+                       rows_per_partition=3000, client=dask_client)
+    model = LinearModel(RNG.normal(size=ds.n_features), 0.3, "pauc", feature_names=list(ds.feature_names))
+    return root, ds, model
+
+
+def read_dir(path: Path) -> pa.Table:
+    """The part files of a scored directory, in name order, as one table."""
+    parts = sorted(p for p in os.listdir(path) if p.startswith("part-"))
+    return pa.concat_tables([pq.read_table(path / p) for p in parts])
+
+
+def test_output_names_tell_a_file_from_a_directory():
+    assert [output_format(u) for u in ("s.parquet", "s.PQ", "x/s.parq", "s.csv", "s.csv.gz", "s3://b/k.csv.bz2")] \
+        == ["parquet", "parquet", "parquet", "csv", "csv", "csv"]
+    assert [output_format(u) for u in ("scores", "scores/", "s3://b/scores", "s.parquet/", "s.json")] == [None] * 5
+
+
+def test_a_dataset_scored_on_the_cluster_is_the_file_scored_here_split_by_input_file(letter, cluster, tmp_path):
+    """Real worker processes score the 7 files into 7 parts: together the table the one-process path writes,
+    byte for byte in its values, and each part the scores X @ w + b of its input file's rows, in order."""
+    root, ds, model = letter
+    out = tmp_path / "scores"
+    files = []
+    result = nsdist.predict(model, ds.url, str(out), client=cluster.address,
+                            on_file=lambda done, total, rows: files.append((done, total, rows)))
+    assert result["rows"] == 20000 and result["files"] == 7 and result["output"] == str(out)
+    assert sorted(os.listdir(out)) == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(7))]
+    assert [f[:2] for f in files] == [(i, 7) for i in range(1, 8)] and files[-1][2] == 20000
+
+    here = write_scores(model, ds.url, str(tmp_path / "one.parquet"))
+    assert here == 20000 and read_dir(out).equals(pq.read_table(tmp_path / "one.parquet"))
+
+    inputs = sorted(p.name for p in (root / "data").glob("*.parquet"))
+    manifest = json.loads((out / "_nsdist.json").read_text())
+    assert manifest["format"] == PREDICTIONS_FORMAT and manifest["num_rows"] == 20000
+    assert [(p["path"], p["input"]) for p in manifest["partitions"]] == \
+        [(f"part-{i:05d}.parquet", name) for i, name in enumerate(inputs)]
+    for i, name in enumerate(inputs):            # each part: its input file's rows, scored here by numpy
+        table = pq.read_table(root / "data" / name)
+        X = np.column_stack([table.column(f).to_numpy().astype(np.float64) for f in model.feature_names])
+        part = pq.read_table(out / f"part-{i:05d}.parquet")
+        assert manifest["partitions"][i]["num_rows"] == part.num_rows == table.num_rows
+        expected = X @ model.coef + 0.3      # summed in another order: equal to rounding
+        np.testing.assert_allclose(part.column("score").to_numpy(), expected, rtol=1e-12,
+                                   atol=1e-12 * np.abs(expected).max())
+        np.testing.assert_array_equal(part.column("label").to_numpy(), table.column("label").to_numpy())
+        np.testing.assert_array_equal(part.column("prediction").to_numpy(),
+                                      np.where(X @ model.coef + 0.3 > 0, 1, -1))
+    assert len(pd.read_parquet(out)) == 20000      # pandas / pyarrow read the directory (the manifest is hidden)
+
+
+def test_raw_parquet_with_categories_and_ids_is_scored_file_by_file(cluster, tmp_path):
+    """Parquet as users have it -- an id, a text column of categories, numbers of mixed widths -- against a model
+    of one-hot features: the parts equal the one-process output, the scores are the model's on pandas'
+    get_dummies of the rows, and the rows whose category the model never saw are counted in one warning per
+    file on the driver."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    frames = []
+    for i, n in enumerate((400, 250, 333)):
+        df = pd.DataFrame({"id": np.arange(n) + 1000 * i, "a": RNG.normal(size=n).astype(np.float32),
+                           "country": RNG.choice(["de", "fr", "it"] if i < 2 else ["de", "fr", "xx"], n),
+                           "b": RNG.integers(0, 9, n), "label": RNG.choice([-1, 1], n)})
+        df.to_parquet(raw / f"day-{i}.parquet", index=False)
+        frames.append(df)
+    features = ["a", "country=de", "country=fr", "country=it", "b"]
+    model = LinearModel(RNG.normal(size=5), -0.1, "f1", feature_names=features)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = nsdist.predict(model, str(raw), str(tmp_path / "scores"), client=cluster.address, keep=["id"])
+    unseen = [str(w.message) for w in caught if "was not trained on" in str(w.message)]
+    n_xx = int((frames[2]["country"] == "xx").sum())
+    assert len(unseen) == 1 and "day-2.parquet" in unseen[0] and f"{n_xx} rows hold" in unseen[0], unseen
+    assert result["rows"] == 983
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        write_scores(model, str(raw), str(tmp_path / "one.parquet"), keep=["id"])
+    scored = read_dir(tmp_path / "scores")
+    assert scored.column_names == ["id", "label", "score", "prediction"]
+    assert scored.equals(pq.read_table(tmp_path / "one.parquet"))
+    rows = pd.concat(frames, ignore_index=True)
+    dummies = pd.get_dummies(rows["country"], prefix="country", prefix_sep="=").astype(float)
+    X = np.column_stack([rows["a"].astype(np.float64)] + [dummies.get(c, pd.Series(0.0, index=rows.index))
+                                                          for c in features[1:4]] + [rows["b"].astype(float)])
+    np.testing.assert_allclose(scored.column("score").to_numpy(), X @ model.coef - 0.1, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(scored.column("id").to_numpy(), rows["id"].to_numpy())
+
+
+def test_a_sparse_dataset_is_scored_as_csr_rows_on_the_cluster(shared_data, cluster, dask_client, tmp_path):
+    """a9a's test file ingested in the sparse layout: its parts equal the one-process output and the scores
+    svmlight's rows give by hand."""
+    from sklearn.datasets import load_svmlight_file
+
+    src = shared_data / "a9a" / "a9a.t.xz"
+    ds = nsdist.ingest(str(src), str(tmp_path / "a9a"), layout="sparse", shuffle=False, n_features=123,
+                       rows_per_partition=4000, client=dask_client)
+    assert ds.is_sparse and len(ds.partitions) >= 4
+    model = LinearModel(RNG.normal(size=123), 0.05, "prec@k", feature_names=list(ds.feature_names))
+    result = nsdist.predict(model, ds.url, str(tmp_path / "scores"), client=cluster.address)
+    assert result["rows"] == 16281 and result["files"] == len(ds.partitions)
+    write_scores(model, ds.url, str(tmp_path / "one.parquet"))
+    scored = read_dir(tmp_path / "scores")
+    assert scored.equals(pq.read_table(tmp_path / "one.parquet"))
+    import lzma
+
+    with lzma.open(src) as f:
+        X, y = load_svmlight_file(f, n_features=123)
+    expected = X @ model.coef + 0.05
+    np.testing.assert_allclose(scored.column("score").to_numpy(), expected, rtol=1e-12,
+                               atol=1e-12 * np.abs(expected).max())
+    np.testing.assert_array_equal(scored.column("label").to_numpy(), np.where(y > 0, 1, -1))
+
+
+def test_a_bad_file_is_named_and_leaves_the_previous_scores_as_they_were(letter, cluster, tmp_path, monkeypatch):
+    """A later file with a null feature fails on its worker: the error names the file, the row and the feature,
+    the previous output stays byte for byte, and nothing is left beside it.  In one process, read in batches of
+    1,024 rows, the row is still counted from the file's first."""
+    root, ds, model = letter
+    data = tmp_path / "data"
+    data.mkdir()
+    for p in sorted((root / "data").glob("*.parquet")):
+        data.joinpath(p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "scores"
+    nsdist.predict(model, str(data), str(out), client=cluster.address)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    victim = sorted(data.glob("*.parquet"))[4]
+    table = pq.read_table(victim)
+    col = table.column("col7").to_pylist()
+    col[1234] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("col7"), "col7", pa.array(col, pa.float64())),
+                   victim)
+    with pytest.raises(ValueError) as err:
+        nsdist.predict(model, str(data), str(out), client=cluster.address)
+    assert f"{victim}: row 1234: feature 'col7' is missing (null)" in str(err.value)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "scores"]
+    monkeypatch.setattr(scoring, "SCAN_BYTES", 1)           # batches of 1,024 rows: row 1234 is the 2nd's 210th
+    with pytest.raises(ValueError, match=f"{victim}: row 1234: feature 'col7' is missing"):
+        write_scores(model, str(data), str(tmp_path / "one.parquet"))
+    assert not (tmp_path / "one.parquet").exists()
+
+
+def test_the_output_may_not_overlap_the_input_nor_replace_other_data(letter, dask_client, tmp_path):
+    root, ds, model = letter
+    elsewhere = tmp_path / "notes"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    cases = [(root / "data" / "scores", "overlaps the input"), (root, "overlaps the input"),
+             (elsewhere, "exists and is not a directory of scores"), (elsewhere / "keep.txt", "is a file")]
+    for dst, message in cases:
+        with pytest.raises(ValueError, match=message):
+            nsdist.predict(model, ds.url, str(dst), client=dask_client)
+    assert (elsewhere / "keep.txt").read_text() == "mine" and len(Dataset.open(ds.url).partitions) == 7
+    with pytest.raises(ValueError, match="scored in this process into one file: name a .parquet or .csv output"):
+        nsdist.predict(model, str(LETTER), str(tmp_path / "out"), client=dask_client, format="csv")
+    wrong = LinearModel(np.ones(3), 0.0, "pauc", feature_names=["col1", "col2", "zz"])
+    with pytest.raises(ValueError, match="zz"):         # checked on the driver: no output, no task
+        nsdist.predict(wrong, ds.url, str(tmp_path / "w"), client=dask_client)
+    assert not (tmp_path / "w").exists()
+
+
+def test_nsdist_predict_to_a_directory_on_dask_processes(letter, cluster, tmp_path):
+    """The command line: a directory OUTPUT is scored on the scheduler given, replaced on a second run, and
+    a file OUTPUT with --scheduler is refused in one line."""
+    root, ds, model = letter
+    model.save(str(tmp_path / "model"))
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+
+    def cli(*args, code=0):
+        proc = subprocess.run([sys.executable, "-m", "nsdist", "predict", *map(str, args)], capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=300)
+        assert proc.returncode == code, proc.stderr
+        return proc
+
+    for _ in range(2):
+        out = cli(tmp_path / "model", ds.url, tmp_path / "scores", "--scheduler", cluster.address).stdout
+        assert "20000 rows scored of 7 files on the cluster" in out and cluster.address in out, out
+    assert read_dir(tmp_path / "scores").equals(read_dir_of(model, ds, tmp_path))
+    line = cli(tmp_path / "model", ds.url, tmp_path / "s.parquet", "--scheduler", cluster.address, code=1).stderr
+    assert "is one file, written by this process" in line and not (tmp_path / "s.parquet").exists()
+
+
+def read_dir_of(model, ds, tmp_path: Path) -> pa.Table:
+    write_scores(model, ds.url, str(tmp_path / "reference.parquet"))
+    return pq.read_table(tmp_path / "reference.parquet")
+
+
+def test_wide_rows_score_to_the_same_bits_here_and_on_a_nanny_worker(tmp_path):
+    """300 float64 features: enough for OpenBLAS to divide a product among its threads, which rounds the
+    partial sums otherwise.  A nanny's worker has one BLAS thread (OPENBLAS_NUM_THREADS=1), this process as
+    many as cores; the scores are computed on one BLAS thread on both, so they have the same bits."""
+    from distributed import Client, LocalCluster
+
+    d, names = 300, [f"f{j}" for j in range(300)]
+    for i in range(2):
+        X = RNG.normal(size=(30_000, d))
+        pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "label": RNG.choice([-1, 1], 30_000)}),
+                       tmp_path / f"p{i}.parquet")
+    model = LinearModel(RNG.normal(size=d), 0.5, "auc", feature_names=names)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+            Client(lc, set_as_default=False) as client:
+        assert client.run(lambda: os.environ.get("OPENBLAS_NUM_THREADS")) == {w: "1" for w in lc.workers.values()
+                                                                             for w in [w.worker_address]}
+        nsdist.predict(model, str(tmp_path / "p*.parquet"), str(tmp_path / "scores"), client=client)
+    write_scores(model, str(tmp_path / "p*.parquet"), str(tmp_path / "one.parquet"))
+    assert read_dir(tmp_path / "scores").equals(pq.read_table(tmp_path / "one.parquet"))
+
+
+def test_a_large_file_is_scored_as_runs_of_its_row_groups(letter, dask_client, tmp_path, monkeypatch):
+    """A file over SPLIT_BYTES is one task per run of its row groups, as training reads it (here every row group
+    a run): the parts list their row groups in the manifest and hold the file's rows in order; a bad row of a
+    later run is named by its row in the file; a Dataset selection scores only its partitions."""
+    import nsdist.data.dataset as dataset_module
+
+    root, ds, model = letter
+    table = pa.concat_tables([pq.read_table(p) for p in sorted((root / "data").glob("*.parquet"))])
+    pq.write_table(table, tmp_path / "big.parquet", row_group_size=4000)              # 5 row groups
+    monkeypatch.setattr(dataset_module, "SPLIT_BYTES", 1)
+    result = nsdist.predict(model, str(tmp_path / "big.parquet"), str(tmp_path / "scores"), client=dask_client)
+    manifest = json.loads((tmp_path / "scores" / "_nsdist.json").read_text())
+    assert result["files"] == 5 and [p["row_groups"] for p in manifest["partitions"]] == \
+        [[i, i + 1] for i in range(5)] and {p["input"] for p in manifest["partitions"]} == {"big.parquet"}
+    write_scores(model, str(tmp_path / "big.parquet"), str(tmp_path / "one.parquet"))
+    assert read_dir(tmp_path / "scores").equals(pq.read_table(tmp_path / "one.parquet"))
+
+    selection = Dataset.open(str(tmp_path / "big.parquet")).select([1, 3], "some")
+    nsdist.predict(model, selection, str(tmp_path / "some"), client=dask_client)
+    some = read_dir(tmp_path / "some")
+    whole = pq.read_table(tmp_path / "one.parquet")
+    assert some.equals(pa.concat_tables([whole.slice(4000, 4000), whole.slice(12000, 4000)]))
+    with pytest.raises(ValueError, match="a Dataset is scored on the cluster, into a directory"):
+        nsdist.predict(model, selection, str(tmp_path / "some.parquet"))
+
+    col = table.column("col3").to_pylist()
+    col[13_001] = float("inf")
+    bad = table.set_column(table.schema.get_field_index("col3"), "col3", pa.array(col, pa.float64()))
+    pq.write_table(bad, tmp_path / "big.parquet", row_group_size=4000)
+    with pytest.raises(ValueError, match=r"big.parquet: row 13001: feature 'col3' = inf is not finite"):
+        nsdist.predict(model, str(tmp_path / "big.parquet"), str(tmp_path / "scores"), client=dask_client)
+    assert read_dir(tmp_path / "scores").equals(whole)
