@@ -73,21 +73,26 @@ def run(args) -> dict:
             t0 = time.perf_counter()
             there = nsdist.predict(model, str(data), str(out / "scores"), client=client)
             t_there = time.perf_counter() - t0
+            t0 = time.perf_counter()             # again on the same workers: a long-running cluster's call
+            nsdist.predict(model, str(data), str(out / "scores"), client=client)
+            t_warm = time.perf_counter() - t0
         finally:
             client.close()
             lc.close()
         same = _table_of_dir(out / "scores").equals(pq.read_table(out / "scores.parquet"))
         assert here["rows"] == there["rows"] == rows_total and same
         run = {"repeat": rep, "scan_seconds": scanned["seconds"], "one_file_seconds": t_here,
-               "directory_seconds": t_there, "same_table": same, "loadavg_1min": os.getloadavg()[0],
-               "speedup_directory_vs_one_file": t_here / t_there, "directory_vs_scan": scanned["seconds"] / t_there}
+               "directory_seconds": t_there, "directory_warm_seconds": t_warm, "same_table": same,
+               "loadavg_1min": os.getloadavg()[0], "speedup_directory_vs_one_file": t_here / t_there,
+               "speedup_warm_directory_vs_one_file": t_here / t_warm, "directory_vs_scan": scanned["seconds"] / t_there}
         runs.append(run)
         print(json.dumps(run), flush=True)
     med = lambda key: statistics.median(r[key] for r in runs)   # noqa: E731
     return {"files": args.files, "rows_per_file": args.rows_per_file, "features": args.features,
             "rows": rows_total, "bytes_on_disk": sum(p.stat().st_size for p in data.glob("part-*.parquet")),
             "runs": runs, "median": {k: med(k) for k in ("scan_seconds", "one_file_seconds", "directory_seconds",
-                                                          "speedup_directory_vs_one_file", "directory_vs_scan")}}
+                                                          "directory_warm_seconds", "speedup_directory_vs_one_file",
+                                                          "speedup_warm_directory_vs_one_file", "directory_vs_scan")}}
 
 
 def report(r: dict, command: str) -> str:
@@ -105,13 +110,17 @@ def report(r: dict, command: str) -> str:
     ]
     for key, label in (("scan_seconds", "bare scan on the cluster (read + numpy)"),
                        ("one_file_seconds", "`nsdist.predict(model, dir, 'scores.parquet')`: one process"),
-                       ("directory_seconds", "`nsdist.predict(model, dir, 'scores/', client=c)`: the cluster")):
+                       ("directory_seconds", "`nsdist.predict(model, dir, 'scores/', client=c)`: fresh cluster"),
+                       ("directory_warm_seconds", "the same call again on the same workers (a long-running cluster)")):
         per = " / ".join(f"{run[key]:.2f}" for run in r["runs"])
         lines.append(f"| {label} | {m[key]:.2f} | {rows / m[key]:,.0f} | {per} |")
-    lines += ["", f"The directory on the cluster runs at **{m['speedup_directory_vs_one_file']:.2f}x** the rows/s of "
-              f"the one file here, and at {m['directory_vs_scan']:.2f}x the bare scan's (medians of the per-run "
-              "ratios; the scan only reads, scoring also converts, checks, multiplies and writes). The two outputs "
-              f"hold the same table in every run: {all(run['same_table'] for run in r['runs'])}.", ""]
+    lines += ["", f"The directory on a fresh cluster runs at **{m['speedup_directory_vs_one_file']:.2f}x** the rows/s "
+              f"of the one file here ({m['speedup_warm_directory_vs_one_file']:.2f}x on warm workers), and at "
+              f"{m['directory_vs_scan']:.2f}x the bare scan's (medians of the per-run ratios; the scan only reads, "
+              "scoring also converts, checks, multiplies and writes). On 2 cores one process already keeps both "
+              "busy (Arrow decodes on its own threads), so the cluster only adds its processes' costs; what it "
+              "buys is the other machines' cores and disks or network, which this machine does not have. The two "
+              f"outputs hold the same table in every run: {all(run['same_table'] for run in r['runs'])}.", ""]
     return "\n".join(lines)
 
 

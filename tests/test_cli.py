@@ -375,6 +375,18 @@ def test_ingest_progress_bar_draws_each_stage_only_on_a_terminal():
     assert quiet.getvalue() == ""
 
 
+def test_predict_progress_bar_counts_the_files_scored_only_on_a_terminal():
+    from nsdist.progress import FileBar
+
+    drawn, quiet = io.StringIO(), io.StringIO()
+    for stream, enabled in ((drawn, True), (quiet, None)):       # a StringIO is not a terminal
+        with FileBar(file=stream, enabled=enabled) as bar:
+            for done in range(1, 8):
+                bar(done, 7, 3000 * done)
+    text = drawn.getvalue()
+    assert "scoring" in text and "7/7" in text and "21,000 rows" in text and quiet.getvalue() == ""
+
+
 def test_every_subcommand_help_explains_every_option_with_an_example():
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

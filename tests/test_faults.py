@@ -106,6 +106,40 @@ def test_workers_sigkilled_mid_training_give_the_identical_model(dask_processes,
         assert_same_model(survived, reference)
 
 
+def test_a_worker_sigkilled_while_scoring_a_dataset_gives_the_same_scores(dask_processes, letter_20, tmp_path,
+                                                                          reliability):
+    """``nsdist.predict`` to a directory on three workers; after the third part the worker scoring a part is
+    SIGKILLed: Dask runs its parts again on the others (a part is written whole or written again under its
+    name), and the directory holds the one-process output's table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import nsdist
+    from nsdist.data.scoring import write_scores
+    from nsdist.model import LinearModel
+
+    names = [f"f{j}" for j in range(16)]
+    model = LinearModel(np.random.default_rng(5).normal(size=16), 0.2, "pauc", feature_names=names)
+    write_scores(model, letter_20, str(tmp_path / "reference.parquet"))
+    with dask_processes(3) as cluster, cluster.client() as client:
+        kills: list[int] = []
+
+        def kill_at(done: int, total: int, rows: int) -> None:
+            if done == 3 and not kills:
+                busy = [a for a, keys in client.processing().items()
+                        if any(str(k).startswith("nsdist-predict") for k in keys)]
+                kills.append(sigkill_worker(cluster, client, busy[0]))
+
+        result = nsdist.predict(model, letter_20, str(tmp_path / "scores"), client=client, on_file=kill_at)
+        reliability("fault", "SIGKILL 1 of 3 workers while scoring 20 files into a directory",
+                    injected=len(kills), survivors=len(client.scheduler_info()["workers"]))
+        assert kills == [-signal.SIGKILL] and len(client.scheduler_info()["workers"]) == 2
+    assert result["rows"] == 20000 and result["files"] == 20
+    parts = sorted((tmp_path / "scores").glob("part-*.parquet"))
+    assert len(parts) == 20
+    assert pa.concat_tables([pq.read_table(p) for p in parts]).equals(pq.read_table(tmp_path / "reference.parquet"))
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_every_worker_killed_four_times_job_redoes_and_finishes(dask_processes, letter_20, caplog, reliability,
                                                                 monkeypatch, fused):

@@ -13,6 +13,7 @@ old output or the whole new one, and a failed job leaves a local output as it wa
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 import time
@@ -36,7 +37,7 @@ PREDICTIONS_FORMAT = "nsdist-predictions"
 
 
 def part_name(i: int) -> str:
-    """The output file of input file ``i`` (in the input's sorted order)."""
+    """The output file of the input's part ``i`` (its files in sorted order, a large file's runs in order)."""
     return f"part-{i:05d}.parquet"
 
 
@@ -64,15 +65,12 @@ def _check_output(src_fs, src_dir: str | None, src_files: list[str], dst: str, o
         if fs.isfile(out):
             raise ValueError(f"output {dst} is a file: name a directory for the scores of a dataset, or a "
                              ".parquet / .csv file to write one file in this process")
-        found = [p for p in fs.find(out)] if fs.isdir(out) else []
+        found = fs.find(out) if fs.isdir(out) else []
         if found:
-            manifest = posixpath.join(out, meta.SIDECAR)
-            kind = None
+            manifest, kind = posixpath.join(out, meta.SIDECAR), None
             if manifest in found:
-                try:
+                with contextlib.suppress(ValueError, AttributeError):     # not JSON, or not an object
                     kind = json.loads(fs.cat_file(manifest)).get("format")
-                except (ValueError, AttributeError):
-                    kind = None
             if kind != PREDICTIONS_FORMAT:
                 raise ValueError(f"output {dst} exists and is not a directory of scores (no {meta.SIDECAR} of "
                                  f"format {PREDICTIONS_FORMAT!r}); refusing to replace it: name a new directory")
