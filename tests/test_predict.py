@@ -283,3 +283,19 @@ def test_a_large_file_is_scored_as_runs_of_its_row_groups(letter, dask_client, t
     with pytest.raises(ValueError, match=r"big.parquet: row 13001: feature 'col3' = inf is not finite"):
         nsdist.predict(model, str(tmp_path / "big.parquet"), str(tmp_path / "scores"), client=dask_client)
     assert read_dir(tmp_path / "scores").equals(whole)
+
+
+def test_files_whose_columns_differ_are_named_in_one_process_and_on_the_cluster(dask_client, tmp_path):
+    """A day whose file gained a column: one process refuses the scan, naming that file and the column (one
+    scan would read it with the first file's columns and drop it); on the cluster its task refuses the
+    unexpected column, naming the file."""
+    features = ["a", "b"]
+    for i, extra in enumerate([{}, {}, {"c": [1.0, 2.0]}]):
+        pq.write_table(pa.table({"a": [0.5, 1.5], "b": [1.0, -1.0], **extra, "label": [1, -1]}),
+                       tmp_path / f"day-{i}.parquet")
+    model = LinearModel(np.array([1.0, 2.0]), 0.0, "pauc", feature_names=features)
+    with pytest.raises(ValueError, match=r"day-2.parquet: its columns are not those of .*day-0.parquet; it adds \['c'\]"):
+        write_scores(model, str(tmp_path / "day-*.parquet"), str(tmp_path / "one.parquet"))
+    with pytest.raises(ValueError, match=r"day-2.parquet.*'c'"):
+        nsdist.predict(model, str(tmp_path / "day-*.parquet"), str(tmp_path / "scores"), client=dask_client)
+    assert not (tmp_path / "one.parquet").exists() and not (tmp_path / "scores").exists()

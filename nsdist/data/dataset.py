@@ -474,12 +474,14 @@ def _native_dtype(arrow: pa.Schema, schema: FeatureSchema) -> str:
 class FilePart(NamedTuple):
     """What one task reads of a Parquet file: the whole file (``row_groups`` None) or a run of its row groups
     ``range(*row_groups)``, whose first row is the file's row ``file_row``, holding ``num_rows`` rows (a
-    partition of :meth:`Dataset.open`'s, without its checks)."""
+    partition of :meth:`Dataset.open`'s, without its checks); ``columns``: the file's column names (``()``:
+    not read)."""
 
     path: str
     row_groups: tuple[int, int] | None
     file_row: int
     num_rows: int
+    columns: tuple[str, ...] = ()
 
 
 def file_parts(url: str | os.PathLike, storage_options: Mapping[str, Any] | None = None
@@ -492,8 +494,8 @@ def file_parts(url: str | os.PathLike, storage_options: Mapping[str, Any] | None
     fs, path = resolve(url, storage_options)
     root, files = _discover(fs, path, str(url))
     footers = _read_footers(fs, [p for p, _ in files])
-    return fs, root, [FilePart(p, groups, first, rows) for (p, _), (_, _, metadata) in zip(files, footers)
-                      for groups, first, rows in _runs(metadata)]
+    return fs, root, [FilePart(p, groups, first, rows, tuple(schema.names))
+                      for (p, _), (_, schema, metadata) in zip(files, footers) for groups, first, rows in _runs(metadata)]
 
 
 def _is_data_file(path: str, root: str) -> bool:

@@ -239,8 +239,8 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
         parquet = pads.ParquetFileFormat(     # pre-buffering kept a file's row groups read so far (SCAN_BYTES)
             default_fragment_scan_options=pads.ParquetFragmentScanOptions(pre_buffer=False))
         if part is None:
-            data = pads.dataset(list(dict.fromkeys(p.path for p in file_parts(src, storage_options)[2])),
-                                filesystem=fs, format=parquet)
+            files = _alike(fs, file_parts(src, storage_options)[2])
+            data = pads.dataset(files, filesystem=fs, format=parquet)
         else:                                  # a run of one file's row groups
             whole = pads.dataset(path, filesystem=fs, format=parquet)
             fragment = next(whole.get_fragments()).subset(row_group_ids=list(range(*part[0])))
@@ -393,6 +393,22 @@ def write_scores(model, src: str, dst: str, *, label_column: str = "label", keep
         out_fs, out = resolve(dst, storage_options)
         with access(out_fs, out, "write"), out_fs.open(out, "wb") as f:
             return write_tables(f, first, tables, fmt)
+
+
+def _alike(fs, parts: Sequence) -> list[str]:
+    """The files of ``parts`` (:class:`~nsdist.data.dataset.FilePart`), in order, once each; a ``ValueError``
+    naming the first whose columns are not the first file's (one scan reads them with the first file's)."""
+    files = list(dict.fromkeys(p.path for p in parts))
+    first = parts[0]
+    for p in parts:
+        if p.columns != first.columns:
+            missing = [c for c in first.columns if c not in p.columns]
+            extra = [c for c in p.columns if c not in first.columns]
+            raise ValueError(f"{display(fs, p.path)}: its columns are not those of {display(fs, first.path)}"
+                             + (f"; it lacks {missing}" if missing else "") + (f"; it adds {extra}" if extra else "")
+                             + ("" if missing or extra else "; they come in another order")
+                             + ": score the files apart, or write them alike")
+    return files
 
 
 def _one_hot_columns(features: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, str]]:
