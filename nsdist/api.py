@@ -642,10 +642,10 @@ def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=No
 
     ``dst`` a file (``.parquet`` / ``.parq`` / ``.pq``, or ``.csv``, optionally compressed): ``src`` -- a
     Parquet file or dataset (dense, raw one-hot columns, or the sparse layout), a CSV file or an svmlight
-    file (``format`` for a name that does not tell it) -- is scored in this process, batch by batch, into that
-    one file, published whole.  ``dst`` any other name (a directory): ``src`` must be Parquet -- a URL, or a
-    :class:`~nsdist.data.Dataset` (a selection of partitions: those rows) --, and each of its files (a file of
-    more than 128 MiB: each run of its row groups, as training reads it) is scored on the cluster (``client``: a
+    file (``format`` for a name that does not tell it), or a :class:`~nsdist.data.Dataset` (a selection of
+    partitions: those rows) -- is scored in this process, batch by batch, into that one file, published whole.
+    ``dst`` any other name (a directory): ``src`` must be Parquet (a URL or a Dataset), and each of its files (a
+    file of more than 128 MiB: each run of its row groups, as training reads it) is scored on the cluster (``client``: a
     ``distributed.Client`` or a scheduler address; default an embedded ``LocalCluster``) into
     ``dst/part-NNNNN.parquet``, in the input's sorted order, the rows of each in their order; the directory is
     published whole, with the manifest ``_nsdist.json`` (:func:`nsdist.engine.predict.predict_files`,
@@ -671,9 +671,6 @@ def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=No
     how = dict(label_column=label_column, keep=list(keep), threshold=float(threshold), storage_options=storage_options)
     t0 = time.perf_counter()
     if output_format(dst) is not None:
-        if isinstance(src, Dataset):
-            raise ValueError(f"a Dataset is scored on the cluster, into a directory: name one instead of {dst} (or "
-                             f"pass the URL {src.url} to score all of it into one file here)")
         rows = write_scores(model, src, dst, format=format, **how)
         return {"rows": rows, "files": None, "output": dst, "seconds": time.perf_counter() - t0}
     kind = None if isinstance(src, Dataset) else file_input_format(src, storage_options, format)

@@ -360,14 +360,16 @@ def write_tables(f, first: pa.Table, rest: Iterator[pa.Table], fmt: str) -> int:
     return rows
 
 
-def write_scores(model, src: str, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
+def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
                  threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                  format: str | None = None, atomic: bool = True, unseen_out: dict[str, list] | None = None,
                  part: tuple[tuple[int, int], int] | None = None) -> int:
     """Score every row of the input ``src`` and write the copied columns, ``score`` and ``prediction`` to the
     file ``dst`` (CSV for a ``.csv`` name, else Parquet), streaming: one batch in memory at a time.
 
-    ``src`` as :func:`score_sparse` or :func:`score_table` read it (told apart by :func:`scorer`).  The
+    ``src`` as :func:`score_sparse` or :func:`score_table` read it (told apart by :func:`scorer`), or a
+    :class:`~nsdist.data.Dataset`: its partitions in order (a selection: those rows), each read as a task of
+    :func:`nsdist.engine.predict.predict_files` reads it.  The
     input's columns are checked before ``dst`` is touched, so a bad input leaves it as it was; ``atomic``:
     written to a sibling and published whole at the end (:func:`~nsdist.data.fs.atomic_writer`), else written
     in place (a part file of a directory published whole, :func:`nsdist.engine.predict.predict_files`).
@@ -377,13 +379,20 @@ def write_scores(model, src: str, dst: str, *, label_column: str = "label", keep
     """
     from nsdist.data.fs import access, atomic_writer
 
-    fs, path = resolve(src, storage_options)
-    with access(fs, path, "read"):
-        if not any(c in path for c in "*?[") and not fs.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", src)
-    score = scorer(src, storage_options, format)
-    tables = score(model, src, label_column=label_column, keep=keep, threshold=threshold,
-                   storage_options=storage_options, format=format, unseen_out=unseen_out, part=part)
+    if isinstance(src, Dataset):
+        storage_options = storage_options or src.fs.storage_options
+        units = [(display(src.fs, p.path), None if p.row_groups is None else (p.row_groups, p.file_row))
+                 for p in src.file_parts()]
+    else:
+        fs, path = resolve(src, storage_options)
+        with access(fs, path, "read"):
+            if not any(c in path for c in "*?[") and not fs.exists(path):
+                raise FileNotFoundError(2, "No such file or directory", src)
+        units = [(src, part)]
+    score = scorer(units[0][0], storage_options, format)
+    tables = itertools.chain.from_iterable(
+        score(model, url, label_column=label_column, keep=keep, threshold=threshold, storage_options=storage_options,
+              format=format, unseen_out=unseen_out, part=run) for url, run in units)
     with one_blas_thread():
         first = next(tables)              # before dst is touched: a bad input leaves it as it was
         fmt = output_format(dst) or "parquet"
