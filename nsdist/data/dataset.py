@@ -495,7 +495,8 @@ def file_parts(url: str | os.PathLike, storage_options: Mapping[str, Any] | None
     root, files = _discover(fs, path, str(url))
     footers = _read_footers(fs, [p for p, _ in files])
     return fs, root, [FilePart(p, groups, first, rows, tuple(schema.names))
-                      for (p, _), (_, schema, metadata) in zip(files, footers) for groups, first, rows in _runs(metadata)]
+                      for (p, _), (_, schema, metadata) in zip(files, footers)
+                      for groups, first, rows in _runs(metadata)]
 
 
 def _is_data_file(path: str, root: str) -> bool:
