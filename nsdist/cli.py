@@ -413,7 +413,8 @@ def _cmd_predict(args) -> int:
     r = run_predict(args.model, args.input, args.output, label_column=args.label_column, keep=args.keep,
                     threshold=args.threshold, storage_options=_storage(args) or None, format=args.format,
                     scheduler=args.scheduler, progress=not args.no_progress)
-    where = "" if r["files"] is None else f" of {plural(r['files'], 'file')} on the cluster in {r['seconds']:.1f} s"
+    where = "" if r["files"] is None else \
+        f" on the cluster into {plural(r['files'], 'part file')} in {r['seconds']:.1f} s"
     print(f"{plural(r['rows'], 'row')} scored{where}; written to {args.output}")
     return 0
 

@@ -219,7 +219,7 @@ def test_nsdist_predict_to_a_directory_on_dask_processes(letter, cluster, tmp_pa
 
     for _ in range(2):
         out = cli(tmp_path / "model", ds.url, tmp_path / "scores", "--scheduler", cluster.address).stdout
-        assert "20000 rows scored of 7 files on the cluster" in out and cluster.address in out, out
+        assert "20000 rows scored on the cluster into 7 part files" in out and cluster.address in out, out
     assert read_dir(tmp_path / "scores").equals(read_dir_of(model, ds, tmp_path))
     line = cli(tmp_path / "model", ds.url, tmp_path / "s.parquet", "--scheduler", cluster.address, code=1).stderr
     assert "is one file, written by this process" in line and not (tmp_path / "s.parquet").exists()

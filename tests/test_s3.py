@@ -256,7 +256,7 @@ def test_predict_scores_an_s3_dataset_into_an_s3_directory_on_the_workers(s3, cl
     out = f"{s3.bucket}/scores/letter-parts"
     stdout = nsdist("predict", embedded_run, s3.url("letter"), s3.url("scores/letter-parts"), "--storage-options",
                     opts, "--scheduler", cluster.address, "--keep", "label").stdout
-    assert "20000 rows scored of 20 files on the cluster" in stdout
+    assert "20000 rows scored on the cluster into 20 part files" in stdout
     names = keys(fs, out)
     assert names == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(20))] and INCOMPLETE not in names
     assert json.loads(fs.cat_file(f"{out}/_nsdist.json"))["format"] == "nsdist-predictions"

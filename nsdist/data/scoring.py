@@ -54,7 +54,8 @@ _OUTPUT_COLUMNS = ("score", "prediction")
 #: :func:`table_rows` decodes batches of about this many bytes as float64 (at least 1024 rows), one batch ahead, of
 #: one file at a time, so that scoring holds a few batches whatever the input's size.  Arrow's defaults (batches
 #: of 131,072 rows, 16 batches and 4 files ahead, every row group pre-buffered) held 6.9 GB scoring one 3.6 GB
-#: Parquet file of 6M x 100 float32 in 23 s; these settings 0.6 GB in 10 s (2026-11-30)
+#: Parquet file of 6M x 100 float32 in 23 s; these settings 0.6 GB in 10 s (2026-11-30), 4.1-4.5 s once a batch
+#: was copied column by column into an F-ordered matrix (2026-12-01)
 SCAN_BYTES = 16 * 2**20
 
 
