@@ -198,6 +198,12 @@ def test_the_output_may_not_overlap_the_input_nor_replace_other_data(letter, das
     assert (elsewhere / "keep.txt").read_text() == "mine" and len(Dataset.open(ds.url).partitions) == 7
     with pytest.raises(ValueError, match="scored in this process into one file: name a .parquet or .csv output"):
         nsdist.predict(model, str(LETTER), str(tmp_path / "out"), client=dask_client, format="csv")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pq.write_table(pq.read_table(sorted((root / "data").glob("*.parquet"))[0]).slice(0, 0), empty / "e.parquet")
+    for out in (tmp_path / "e.parquet", tmp_path / "e-scores"):
+        with pytest.raises(ValueError, match="every Parquet file is empty"):
+            nsdist.predict(model, str(empty), str(out), client=dask_client)
     wrong = LinearModel(np.ones(3), 0.0, "pauc", feature_names=["col1", "col2", "zz"])
     with pytest.raises(ValueError, match="zz"):         # checked on the driver: no output, no task
         nsdist.predict(wrong, ds.url, str(tmp_path / "w"), client=dask_client)

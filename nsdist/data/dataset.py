@@ -490,13 +490,16 @@ def file_parts(url: str | os.PathLike, storage_options: Mapping[str, Any] | None
     :meth:`Dataset.open` finds them -- files ending ``.parquet`` / ``.parq`` / ``.pq`` whose path below
     ``root`` has no part starting with ``_`` or ``.``, sorted -- split as it splits them (:func:`_runs`), from
     their footers alone: no column is checked (``root`` is ``""`` for a single file).  Empty files are left
-    out.  Raises :class:`~nsdist.data.fs.DataNotFoundError` if there are none."""
+    out.  Raises :class:`~nsdist.data.fs.DataNotFoundError` if there are no files, ``ValueError`` if every
+    one is empty (as :meth:`Dataset.open`)."""
     fs, path = resolve(url, storage_options)
     root, files = _discover(fs, path, str(url))
     footers = _read_footers(fs, [p for p, _ in files])
-    return fs, root, [FilePart(p, groups, first, rows, tuple(schema.names))
-                      for (p, _), (_, schema, metadata) in zip(files, footers)
-                      for groups, first, rows in _runs(metadata)]
+    parts = [FilePart(p, groups, first, rows, tuple(schema.names))
+             for (p, _), (_, schema, metadata) in zip(files, footers) for groups, first, rows in _runs(metadata)]
+    if not parts:
+        raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
+    return fs, root, parts
 
 
 def _is_data_file(path: str, root: str) -> bool:
