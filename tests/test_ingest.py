@@ -417,14 +417,14 @@ def _fail_in_turn(i: int, event: str) -> int:
 
 
 def test_stream_raises_the_earliest_failed_calls_error(dask_client):
-    """``_stream`` waits for the calls in flight when one fails and raises the error of the earliest call that
+    """``stream_calls`` waits for the calls in flight when one fails and raises the error of the earliest call that
     failed: call 3's error arrives first, call 1's is raised."""
     import uuid
 
-    from nsdist.data.ingestion import _stream
+    from nsdist.data.ingestion import stream_calls
     event = f"nsdist-test-{uuid.uuid4().hex}"
     with pytest.raises(ValueError, match="call 1 failed"):
-        _stream(dask_client, _fail_in_turn, [(i, event) for i in range(6)])
+        stream_calls(dask_client, _fail_in_turn, [(i, event) for i in range(6)])
 
 
 def test_one_class_is_an_error_naming_the_labels_found(repo_data, tmp_path, dask_client):

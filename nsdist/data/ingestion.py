@@ -58,7 +58,7 @@ from nsdist.data.sources import Categorical, Source, open_source
 
 log = logging.getLogger("nsdist.data")
 
-__all__ = ["ingest", "IngestProgress", "PARTITION_BYTES"]
+__all__ = ["ingest", "IngestProgress", "PARTITION_BYTES", "stream_calls"]
 
 PARTITION_BYTES = 64 * 2**20
 _PARTITION_ROWS_RANGE = (1_000, 1_000_000)
@@ -228,7 +228,7 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:
         report = _Reporter(on_progress)
         blocks = source.blocks(options.chunk_rows)
-        summaries = _stream(dask, source.scan, ((b,) for b in blocks),
+        summaries = stream_calls(dask, source.scan, ((b,) for b in blocks),
                             report("read", 1, len(blocks) if isinstance(blocks, Sized) else None, lambda s: s.rows))
         source = source.planned(summaries)
         n_rows, positives = sum(s.rows for s in summaries), sum(s.positives for s in summaries)
@@ -246,10 +246,10 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         job = _Job(source, fs, staging, options, arrow_schema(options.layout, source.feature_names,
                                                                options.dtype), header_meta)
         fs.makedirs(job.work, exist_ok=True)
-        scattered = _stream(dask, job.scatter,
+        scattered = stream_calls(dask, job.scatter,
                             zip(range(len(counts)), source.blocks(options.chunk_rows), counts),
                             report("shuffle", 2, len(counts), int))
-        parts = _stream(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))),
+        parts = stream_calls(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))),
                         report("write", 3, len(sizes), lambda part: part["num_rows"]))
         fs.rm(job.work, recursive=True)
         sidecar = {**header_meta, "partitions": parts,
@@ -438,7 +438,7 @@ def _dask_client(client: Client | str | None):
 
 
 class _Reporter:
-    """Makes the ``on_result`` callbacks of one ingest's :func:`_stream` calls, which count the finished tasks
+    """Makes the ``on_result`` callbacks of one ingest's :func:`stream_calls` calls, which count the finished tasks
     and their rows and report them to ``on_progress`` (None: callbacks that do nothing)."""
 
     def __init__(self, on_progress: Callable[[IngestProgress], None] | None) -> None:
@@ -457,10 +457,10 @@ class _Reporter:
         return on_result
 
 
-def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
-            on_result: Callable[[Any], None] | None = None) -> list:
+def stream_calls(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
+                 on_result: Callable[[Any], None] | None = None, name: str = "ingest") -> list:
     """Run ``fn(*args)`` for each tuple of ``calls`` on ``client``, results in order (``on_result`` is called
-    with each result as it arrives).
+    with each result as it arrives; the tasks' keys start ``nsdist-<name>``).
 
     At most two calls per worker thread are in flight; text blocks are
     scattered to the cluster rather than embedded in the task.  A call lost
@@ -488,7 +488,7 @@ def _stream(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
             lambda _: tuple(client.scatter(a, hash=False) if isinstance(a, TextBlock) else a for a in pending[i]),
             lambda exc, again: log.warning("ingest: scattering block %d failed (%s: %s); again (restart %d/%d)",
                                            i, type(exc).__name__, exc, again, MAX_RESTARTS))
-        future = client.submit(fn, *args, key=f"nsdist-ingest-{token}-{i}" + (f"-redo{r}" if r else ""))
+        future = client.submit(fn, *args, key=f"nsdist-{name}-{token}-{i}" + (f"-redo{r}" if r else ""))
         index[future] = i
         running.add(future)
 

@@ -21,12 +21,12 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dask.base import tokenize
-from distributed import Client, as_completed
+from distributed import Client
 
 from ..data import metadata as meta
 from ..data.dataset import Dataset, file_parts
 from ..data.fs import access, display, forwarded_options, resolve, scrub, staging_directory
+from ..data.ingestion import stream_calls
 from ..data.scoring import open_sparse, score_table, sparse_input_format, unseen_message, write_scores
 from ..model import LinearModel
 
@@ -100,6 +100,10 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
     on_file : callable, optional
         Called as ``on_file(done, total, rows)`` each time a part is written (a progress bar).
 
+    At most two tasks a worker thread are in flight (:func:`~nsdist.data.ingestion.stream_calls`): a task lost
+    with a worker is run again; when one fails, no other is started, those in flight end (so that none writes
+    after the staging directory is removed), and the error of the earliest failed part is raised.
+
     Returns
     -------
     dict
@@ -131,22 +135,22 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
         next(score_table(model, urls[0], storage_options=options, format="parquet", part=runs[0], **how))
     out_fs, out = _check_output(fs, path if root == path else None, [p.path for p in parts], dst, options)
     model_future = client.scatter(model, broadcast=True, hash=False)
-    rows, unseen = [0] * len(parts), [{}] * len(parts)
+    done: list[int] = []
+
+    def written(result: tuple[int, dict]) -> None:
+        done.append(result[0])
+        if on_file is not None:
+            on_file(len(done), len(parts), sum(done))
+
     try:
         with staging_directory(out_fs, out, overwrite=True) as staging:
             outputs = [display(out_fs, posixpath.join(staging, part_name(i))) for i in range(len(parts))]
-            futures = [client.submit(_score_file, model_future, u, o, options, how, r, pure=False,
-                                     key=f"nsdist-predict-{i}-{tokenize(model_future.key, u, o, how, r)}")
-                       for i, (u, o, r) in enumerate(zip(urls, outputs, runs))]
-            index = {f.key: i for i, f in enumerate(futures)}
-            try:
-                for done, future in enumerate(as_completed(futures, loop=client.loop), 1):
-                    rows[index[future.key]], unseen[index[future.key]] = future.result()
-                    if on_file is not None:
-                        on_file(done, len(futures), sum(rows))
-            except BaseException:
-                client.cancel(futures)
-                raise
+            # two tasks a worker thread in flight; on a failure the ones in flight end before the staging
+            # directory is removed (none writes into it after), a lost one is redone (nsdist.data.ingestion)
+            results = stream_calls(client, _score_file, ((model_future, u, o, options, how, r)
+                                                         for u, o, r in zip(urls, outputs, runs)),
+                                   on_result=written, name="predict")
+            rows, unseen = [r[0] for r in results], [r[1] for r in results]
             listing = [{"path": part_name(i), "num_rows": n,
                         "input": posixpath.relpath(p.path, root) if root else posixpath.basename(p.path),
                         **({} if p.row_groups is None else {"row_groups": list(p.row_groups)})}
