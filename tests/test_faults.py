@@ -281,14 +281,15 @@ def test_k_fold_fit_lost_with_its_worker_mid_fit_gives_the_identical_model(dask_
 def test_k_fold_fit_lost_mid_lockstep_is_found_out_of_step_and_all_are_restarted(dask_processes, letter_20,
                                                                                   caplog, reliability):
     """A worker holding fold fits is SIGKILLed after the folds' third check, the scattered rows first copied to
-    every worker (where the scatter put them is Dask's choice; a lost only copy is the driver's to scatter again,
-    another path): the scheduler recomputes those fits from their start on a survivor, so their next answer
+    every worker with Dask's memory manager stopped (where the scatter put them is Dask's choice; a lost only copy
+    is the driver's to scatter again, another path): the scheduler recomputes those fits from their start on a survivor, so their next answer
     is for the wrong check; the driver finds them out of step, restarts every fold's fit and the model is the
     undisturbed run's, bit for bit."""
     from distributed import Future
 
     params = dict(measure="pauc", random_state=4)
     with dask_processes(3) as cluster, cluster.client() as client:
+        client.amm.stop()      # the memory manager drops replicas no task waits for (every 2 s): keep the copies
         reference = train(letter_20, client=client, **params)
         kills: list[int] = []
 
