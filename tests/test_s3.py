@@ -197,6 +197,30 @@ def test_ingest_svmlight_and_csv_to_s3_publish_in_place(s3, cluster, local, opts
     assert "already exists" in line and s3.url("svm") in line
     nsdist("ingest", svm, s3.url("svm"), "--rows-per-partition", 1000, "--overwrite", "--storage-options", opts)
     assert keys(fs, f"{s3.bucket}/svm") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(3))]
+    assert not [k for k in keys(fs, s3.bucket) if ".tmp-" in k]          # the staging prefix is gone
+    assert Dataset.open(s3.url("svm"), storage_options=s3.options).num_rows == 3000
+
+
+def test_a_failed_ingest_over_an_s3_dataset_leaves_it_as_it_was(s3, local, opts):
+    """``--overwrite`` of a published dataset on S3 by an ingest that fails on a worker: the old dataset's every
+    object is byte for byte as it was, it opens, and no staging prefix is left (the new ingest wrote beside it)."""
+    rows = LETTER.read_text().splitlines()[:3000]
+    good, bad = local / "good.csv", local / "bad.csv"
+    good.write_text("\n".join(rows) + "\n")
+    rows[2500] = rows[2500].replace(",", ",x", 1)             # a bad feature value, found by a worker
+    bad.write_text("\n".join(rows) + "\n")
+    args = ("--format", "csv", "--label-column", 0, "--positive", "N", "--storage-options", opts)
+    nsdist("ingest", good, s3.url("kept"), "--rows-per-partition", 500, *args)
+    fs = s3.filesystem()
+    before = {n: fs.cat_file(f"{s3.bucket}/kept/{n}") for n in keys(fs, f"{s3.bucket}/kept")}
+    assert len(before) == 7
+    line = nsdist("ingest", bad, s3.url("kept"), "--rows-per-partition", 1000, "--overwrite", *args,
+                  code=1).stderr
+    assert "line 2501" in line, line
+    fs.invalidate_cache()
+    assert {n: fs.cat_file(f"{s3.bucket}/kept/{n}") for n in keys(fs, f"{s3.bucket}/kept")} == before
+    assert not [k for k in keys(fs, s3.bucket) if ".tmp-" in k]
+    assert Dataset.open(s3.url("kept"), storage_options=s3.options).num_rows == 3000
 
 
 def test_a_failed_ingest_to_s3_leaves_nothing_behind(s3, local, opts):
@@ -250,8 +274,8 @@ def test_train_on_an_embedded_cluster_run_directory_on_s3_then_evaluate_and_pred
 def test_predict_scores_an_s3_dataset_into_an_s3_directory_on_the_workers(s3, cluster, opts, embedded_run):
     """``nsdist predict`` to a directory: the real workers, which have no credentials of their own, read the 20
     partitions and write the 20 parts with the forwarded options; the manifest comes last and the marker is gone;
-    the scores are the model's on the rows.  A run refused on the driver (a model of other features) leaves the
-    published output as it was."""
+    the scores are the model's on the rows.  A run refused on the driver (a model of other features), and one
+    that fails on a worker (a null feature), leave the published output as it was."""
     fs = s3.filesystem()
     out = f"{s3.bucket}/scores/letter-parts"
     stdout = nsdist("predict", embedded_run, s3.url("letter"), s3.url("scores/letter-parts"), "--storage-options",
@@ -273,6 +297,23 @@ def test_predict_scores_an_s3_dataset_into_an_s3_directory_on_the_workers(s3, cl
     line = nsdist("predict", s3.url("other-model"), s3.url("letter"), s3.url("scores/letter-parts"),
                   "--storage-options", opts, "--scheduler", cluster.address, code=1).stderr
     assert "f0" in line and {n: fs.cat_file(f"{out}/{n}") for n in keys(fs, out)} == before
+    # a run that fails on a worker (a null in the fourth file) leaves the published scores as they were too
+    src = f"{s3.bucket}/letter-null"
+    for i in range(4):
+        fs.copy(f"{s3.bucket}/letter/part-{i:05d}.parquet", f"{src}/part-{i:05d}.parquet")
+    table = pq.read_table(f"{src}/part-00003.parquet", filesystem=fs)
+    column = table.column_names[1]
+    values = table.column(column).to_pylist()
+    values[17] = None
+    table = table.set_column(1, column, pa.array(values, type=table.schema.field(column).type))
+    with fs.open(f"{src}/part-00003.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    line = nsdist("predict", embedded_run, s3.url("letter-null"), s3.url("scores/letter-parts"),
+                  "--storage-options", opts, "--scheduler", cluster.address, code=1).stderr
+    assert "part-00003.parquet: row 17" in line, line
+    fs.invalidate_cache()
+    assert {n: fs.cat_file(f"{out}/{n}") for n in keys(fs, out)} == before
+    assert not [k for k in keys(fs, f"{s3.bucket}/scores") if ".tmp-" in k]
 
 
 def test_the_defaults_k_fold_selection_reads_s3_on_the_workers_and_is_the_estimators_model(s3, cluster, letter_url):

@@ -23,7 +23,8 @@ Atomicity
     and renamed; an object is one ``PUT``.  :func:`staging_directory` publishes
     a directory: by one rename on local disks, and on object stores (which
     cannot rename a directory) by writing the parts in place behind an
-    ``_nsdist.incomplete`` marker and the manifest last.  :func:`create_exclusive`
+    ``_nsdist.incomplete`` marker and the manifest last -- or, replacing a
+    published one, beside it and then copied in.  :func:`create_exclusive`
     is the primitive of the registry's lock.
 Errors
     :func:`access` turns a missing-credentials or access-denied error into a
@@ -432,15 +433,19 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     renamed to ``dst`` on success (an existing ``dst`` is first moved aside
     and deleted only after the rename succeeded); the rename is atomic.
 
-    Object stores, which rename by copying every object: ``dst`` itself.  An
-    ``_nsdist.incomplete`` marker is written first (an existing ``dst`` being
-    replaced loses its manifest, then its files); the body writes the parts
-    and, last, the manifest (``_nsdist.json``), which commits the dataset;
-    then the marker is removed.  A reader that finds the marker and no
-    manifest refuses the directory as incomplete.
+    Object stores, which rename by copying every object: a new ``dst`` is
+    written in place, behind an ``_nsdist.incomplete`` marker written first;
+    the body writes the parts and, last, the manifest (``_nsdist.json``),
+    which commits the dataset; then the marker is removed.  A reader that
+    finds the marker and no manifest refuses the directory as incomplete.
+    An existing, complete ``dst`` being replaced is kept whole while the body
+    runs: the body writes into a hidden prefix beside it, and only once the
+    body succeeded is ``dst`` swapped (:func:`_swap_in`: the marker, the old
+    manifest removed, the new objects copied in on the server, the old ones
+    left over removed, the new manifest copied last, the marker removed).
 
-    If the body raises, what it wrote is deleted and, on local disks, ``dst``
-    is left as it was (on object stores a replaced ``dst`` is gone).
+    If the body raises, what it wrote is deleted and ``dst`` is left as it
+    was, on local disks and object stores alike.
 
     Raises
     ------
@@ -482,14 +487,13 @@ def _publish_in_place(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     marker = posixpath.join(dst, INCOMPLETE)
     with access(fs, dst, "write"):
         check_absent(fs, dst, overwrite=overwrite)
-        fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
-        old = [p for p in fs.find(dst) if p != marker]
-        if old:   # withdraw the dataset being replaced: its manifest first, so that no reader trusts it
-            manifest = posixpath.join(dst, SIDECAR)
-            if manifest in old:
-                fs.rm_file(manifest)
-            if [p for p in old if p != manifest]:
-                fs.rm([p for p in old if p != manifest])
+        whole = fs.isfile(posixpath.join(dst, SIDECAR))     # a published output: kept until the new one is
+        if not whole:
+            _withdraw(fs, dst, marker)      # nothing, or what an unfinished run left: replaced in place
+    if whole:
+        with _staged_beside(fs, dst) as staging:
+            yield staging
+        return
     try:
         yield dst
     except BaseException:
@@ -502,6 +506,72 @@ def _publish_in_place(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
         raise
     with access(fs, dst, "write"):
         fs.rm_file(marker)
+    fs.invalidate_cache(dst)
+
+
+def _withdraw(fs: AbstractFileSystem, dst: str, marker: str) -> None:
+    """Put up ``dst``'s marker, then remove what ``dst`` holds: its manifest first, so that no reader trusts
+    the rest."""
+    from nsdist.data.metadata import SIDECAR
+
+    fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+    fs.invalidate_cache(dst)
+    old = [p for p in fs.find(dst) if p != marker]
+    manifest = posixpath.join(dst, SIDECAR)
+    if manifest in old:
+        fs.rm_file(manifest)
+    if [p for p in old if p != manifest]:
+        fs.rm([p for p in old if p != manifest])
+
+
+@contextlib.contextmanager
+def _staged_beside(fs: AbstractFileSystem, dst: str) -> Iterator[str]:
+    """Yield a hidden prefix beside the object-store directory ``dst`` to write into; on success swap it in
+    (:func:`_swap_in`) and remove it; on failure remove it, ``dst`` untouched."""
+    parent, name = posixpath.split(dst)
+    staging = posixpath.join(parent, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
+    try:
+        yield staging
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(staging)
+            if fs.exists(staging):
+                fs.rm(staging, recursive=True)
+        raise
+    with access(fs, dst, "write"):
+        try:
+            _swap_in(fs, staging, dst)
+        except Exception as exc:     # the new output is whole under the staging prefix: say where
+            exc.add_note(f"the new output is complete under {display(fs, staging)}; {display(fs, dst)} "
+                         f"is marked incomplete ({INCOMPLETE})")
+            raise
+        fs.rm(staging, recursive=True)
+
+
+def _swap_in(fs: AbstractFileSystem, staging: str, dst: str) -> None:
+    """Replace the object-store directory ``dst`` by ``staging``'s objects, its manifest last: the marker up
+    and the old manifest removed (:func:`_withdraw`'s order: readers refuse ``dst`` until the end), each new
+    object copied on the server (``fs.copy``: no bytes through this process), the old objects the new output
+    does not replace removed, the new manifest copied, the marker removed."""
+    from nsdist.data.metadata import SIDECAR
+
+    marker = posixpath.join(dst, INCOMPLETE)
+    fs.invalidate_cache(staging)          # the workers wrote there: this process's listing cache knows nothing
+    fs.invalidate_cache(dst)
+    new = sorted(posixpath.relpath(p, staging) for p in fs.find(staging))
+    old = [posixpath.relpath(p, dst) for p in fs.find(dst)]
+    fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+    if SIDECAR in old:
+        fs.rm_file(posixpath.join(dst, SIDECAR))
+    parts = [n for n in new if n != SIDECAR]
+    if parts:
+        fs.copy([posixpath.join(staging, n) for n in parts], [posixpath.join(dst, n) for n in parts])
+    stale = sorted(set(old) - set(new) - {SIDECAR, INCOMPLETE})
+    if stale:
+        fs.rm([posixpath.join(dst, n) for n in stale])
+    if SIDECAR in new:
+        fs.copy(posixpath.join(staging, SIDECAR), posixpath.join(dst, SIDECAR))
+    fs.rm_file(marker)
     fs.invalidate_cache(dst)
 
 
