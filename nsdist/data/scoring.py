@@ -180,11 +180,13 @@ def open_sparse(src: str, n_features: int, *, label_column: str = "label", keep:
 def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                  threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                  format: str | None = None, unseen_out: dict[str, list] | None = None,
-                 part: tuple[tuple[int, int], int] | None = None) -> Iterator[pa.Table]:
+                 part: tuple[tuple[int, int], int] | None = None,
+                 columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row, chunk by
     chunk (an input without rows: one table without rows; ``format``: as :func:`sparse_input_format`).
-    ``unseen_out`` and ``part`` as :func:`score_table`'s (sparse rows have no raw one-hot columns, so
-    ``unseen_out`` stays empty)."""
+    ``unseen_out``, ``part`` and ``columns`` as :func:`score_table`'s (sparse rows have no raw one-hot columns,
+    so ``unseen_out`` stays empty; only the sparse columns, the label and ``keep`` are read, whatever
+    ``columns``)."""
     empty = True
     for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep,
                                  storage_options=storage_options, format=format, part=part):
@@ -203,9 +205,13 @@ def _scored(copied: pa.Table, scores: np.ndarray, threshold: float) -> pa.Table:
 
 def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                storage_options: Mapping[str, Any] | None = None, format: str | None = None,
-               unseen_out: dict[str, list] | None = None, part: tuple[tuple[int, int], int] | None = None
-               ) -> Iterator[tuple[pa.Table, np.ndarray]]:
+               unseen_out: dict[str, list] | None = None, part: tuple[tuple[int, int], int] | None = None,
+               columns: Sequence[str] | None = None) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Stream a CSV or dense Parquet input as ``(copied columns, scores)`` batches (module doc).
+
+    ``columns``: the input's only columns read besides the copied ones (a :class:`~nsdist.data.Dataset`'s
+    :attr:`~nsdist.data.columns.FeatureSchema.read_columns`: opened with ``feature_columns``, its other columns
+    are not features); None: every column is a feature or copied.
 
     ``part``: ``((start, stop), first row)``: only the row groups ``range(start, stop)`` of the Parquet file
     ``src``, whose first row is the file's row ``first row`` (a :class:`~nsdist.data.dataset.FilePart`).
@@ -248,6 +254,8 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
             data = pads.FileSystemDataset([fragment], whole.schema, parquet, filesystem=fragment.filesystem)
         names = data.schema.names
     absent = [c for c in keep if c not in names]
+    if columns is not None:
+        names = [c for c in names if c in columns or c == label_column or c in keep]
     if absent:
         raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
                          f"(columns: {', '.join(names)})")
@@ -310,12 +318,13 @@ def unseen_message(src: str, column: str, count: int, example: str) -> str:
 def score_table(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                 format: str | None = None, unseen_out: dict[str, list] | None = None,
-                part: tuple[tuple[int, int], int] | None = None) -> Iterator[pa.Table]:
+                part: tuple[tuple[int, int], int] | None = None,
+                columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row of a CSV or
     dense Parquet input, batch by batch (:func:`table_rows`; the first table has no rows)."""
     for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
                                      storage_options=storage_options, format=format, unseen_out=unseen_out,
-                                     part=part):
+                                     part=part, columns=columns):
         yield _scored(copied, scores, threshold)
 
 
@@ -364,17 +373,17 @@ def write_tables(f, first: pa.Table, rest: Iterator[pa.Table], fmt: str) -> int:
 def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
                  threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                  format: str | None = None, atomic: bool = True, unseen_out: dict[str, list] | None = None,
-                 part: tuple[tuple[int, int], int] | None = None) -> int:
+                 part: tuple[tuple[int, int], int] | None = None, columns: Sequence[str] | None = None) -> int:
     """Score every row of the input ``src`` and write the copied columns, ``score`` and ``prediction`` to the
     file ``dst`` (CSV for a ``.csv`` name, else Parquet), streaming: one batch in memory at a time.
 
     ``src`` as :func:`score_sparse` or :func:`score_table` read it (told apart by :func:`scorer`), or a
     :class:`~nsdist.data.Dataset`: its partitions in order (a selection: those rows), each read as a task of
-    :func:`nsdist.engine.predict.predict_files` reads it.  The
+    :func:`nsdist.engine.predict.predict_files` reads it, and only its columns (:func:`dataset_columns`).  The
     input's columns are checked before ``dst`` is touched, so a bad input leaves it as it was; ``atomic``:
     written to a sibling and published whole at the end (:func:`~nsdist.data.fs.atomic_writer`), else written
     in place (a part file of a directory published whole, :func:`nsdist.engine.predict.predict_files`).
-    ``unseen_out`` and ``part`` (a run of the file's row groups): as :func:`table_rows`'s.  The scores are
+    ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as :func:`table_rows`'s.  The scores are
     computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits wherever it is
     computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of rows.
     """
@@ -382,6 +391,7 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
 
     if isinstance(src, Dataset):
         storage_options = storage_options or src.fs.storage_options
+        columns = dataset_columns(src)
         units = [(display(src.fs, p.path), None if p.row_groups is None else (p.row_groups, p.file_row))
                  for p in src.file_parts()]
     else:
@@ -393,7 +403,7 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
     score = scorer(units[0][0], storage_options, format)
     tables = itertools.chain.from_iterable(
         score(model, url, label_column=label_column, keep=keep, threshold=threshold, storage_options=storage_options,
-              format=format, unseen_out=unseen_out, part=run) for url, run in units)
+              format=format, unseen_out=unseen_out, part=run, columns=columns) for url, run in units)
     with one_blas_thread():
         first = next(tables)              # before dst is touched: a bad input leaves it as it was
         fmt = output_format(dst) or "parquet"
@@ -403,6 +413,13 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
         out_fs, out = resolve(dst, storage_options)
         with access(out_fs, out, "write"), out_fs.open(out, "wb") as f:
             return write_tables(f, first, tables, fmt)
+
+
+def dataset_columns(ds: Dataset) -> list[str]:
+    """The columns a scorer reads of the dataset ``ds`` besides the copied ones: its feature columns and label
+    (opened with ``feature_columns``, its other columns are not features: they are left out, or copied by
+    ``keep``)."""
+    return ds.schema.read_columns
 
 
 def _alike(fs, parts: Sequence) -> list[str]:
