@@ -678,19 +678,19 @@ def _long_running(dask_worker, since: float) -> dict[str, bool]:
     return ran
 
 
-@pytest.mark.parametrize("mode", ["sequential", "fused", "rounds"])
+@pytest.mark.parametrize("mode", ["sequential", "uncached", "fused", "rounds"])
 def test_a_load_leaves_the_thread_pool_in_the_sequential_chain_only(cluster, tmp_path, letter, mode):
-    """docs/engine.md §Partition chain: in the sequential chain every load task -- the first pass's reads, the
-    cached passes' gathers -- secedes from its worker's thread pool, so that a ready step need not wait behind
-    it; the steps keep their slots, and so do a fused group, which loads inside its own task, and the loads of
-    data-parallel rounds, which step on every worker at once.  The sequential chain's model is the estimator's
-    either way."""
+    """docs/engine.md §Partition chain: in the sequential chain every load task that gathers from the partition
+    cache (every pass's, the cache on) secedes from its worker's thread pool, so that a ready step need not
+    wait behind it; a load that reads its file (the cache off) keeps its slot, and so do the steps, a fused
+    group, which loads inside its own task, and the loads of data-parallel rounds, which step on every worker
+    at once.  The sequential chain's model is the estimator's either way."""
     X, y = letter[0][:8000], letter[1][:8000]
     url = write_parquet(tmp_path / "d", X, y, rows_per_file=2000)
     params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=2, buffer_size=500, shuffle=False,
                   standardize=False, random_state=1)     # epochs within partitions: the estimator's model
     since = min(cluster.run(time.time).values())
-    with dask.config.set({FUSE_KEY: mode == "fused"}):
+    with dask.config.set({FUSE_KEY: mode == "fused", CACHE_KEY: mode != "uncached"}):
         model = train(url, client=cluster, n_chains=2 if mode == "rounds" else 1, **params)
     ran = {}
     for tasks in cluster.run(_long_running, since=since).values():

@@ -108,14 +108,18 @@ def load_block(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConf
     return (X[rows] if issparse(X) else take_rows(X, rows)), y[rows]
 
 
-def load_task(*args, **kwargs):
-    """:func:`load_block` as the sequential chain's load task: it first leaves the worker's thread pool
-    (``distributed.secede``), so that a step whose state and block are ready on this worker starts at once
-    instead of waiting for this read or gather to end (docs/engine.md §Partition chain).  The chain bounds how
-    many loads run (its prefetch and its gate); :func:`step_group` calls :func:`load_block` itself, in its
-    own slot, and data-parallel rounds submit :func:`load_block`."""
-    secede()
-    return load_block(*args, **kwargs)
+def load_task(dataset: Dataset, partition: int, pass_index: int, cfg: ChainConfig, after: object = None,
+              file_order: bool = False, cached: tuple[np.ndarray, np.ndarray] | None = None):
+    """:func:`load_block` as the sequential chain's load task.  A gather from the partition cache (``cached``)
+    first leaves the worker's thread pool (``distributed.secede``), so that a step whose state and block are
+    ready on this worker starts at once instead of waiting for the gather to end (docs/engine.md §Partition
+    chain); a read of the file keeps its slot (it decodes on Arrow's threads as well: beside a step on two
+    cores it slowed the one-pass jobs).  The chain bounds how many loads run (its prefetch and its gate);
+    :func:`step_group` calls :func:`load_block` itself, in its own slot, and data-parallel rounds submit
+    :func:`load_block`."""
+    if cached is not None:
+        secede()
+    return load_block(dataset, partition, pass_index, cfg, after, file_order, cached)
 
 
 def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.ndarray, np.ndarray]:
