@@ -509,12 +509,17 @@ def _publish_in_place(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     fs.invalidate_cache(dst)
 
 
+def _put_marker(fs: AbstractFileSystem, marker: str) -> None:
+    """Write the ``_nsdist.incomplete`` object ``marker`` (a token and the time: whose run, since when)."""
+    fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+
+
 def _withdraw(fs: AbstractFileSystem, dst: str, marker: str) -> None:
     """Put up ``dst``'s marker, then remove what ``dst`` holds: its manifest first, so that no reader trusts
     the rest."""
     from nsdist.data.metadata import SIDECAR
 
-    fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+    _put_marker(fs, marker)
     fs.invalidate_cache(dst)
     old = [p for p in fs.find(dst) if p != marker]
     manifest = posixpath.join(dst, SIDECAR)
@@ -560,7 +565,7 @@ def _swap_in(fs: AbstractFileSystem, staging: str, dst: str) -> None:
     fs.invalidate_cache(dst)
     new = sorted(posixpath.relpath(p, staging) for p in fs.find(staging))
     old = [posixpath.relpath(p, dst) for p in fs.find(dst)]
-    fs.pipe_file(marker, f'{{"token": "{uuid.uuid4().hex}", "created": {time.time():.3f}}}'.encode())
+    _put_marker(fs, marker)
     if SIDECAR in old:
         fs.rm_file(posixpath.join(dst, SIDECAR))
     parts = [n for n in new if n != SIDECAR]
