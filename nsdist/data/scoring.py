@@ -254,11 +254,11 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
             data = pads.FileSystemDataset([fragment], whole.schema, parquet, filesystem=fragment.filesystem)
         names = data.schema.names
     absent = [c for c in keep if c not in names]
-    if columns is not None:
-        names = [c for c in names if c in columns or c == label_column or c in keep]
     if absent:
         raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
                          f"(columns: {', '.join(names)})")
+    if columns is not None:
+        names = [c for c in names if c in columns or c == label_column or c in keep]
     copied = [c for c in names if c == label_column or c in keep]
     clash = [c for c in _OUTPUT_COLUMNS if c in copied]
     if clash:
@@ -383,9 +383,10 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
     input's columns are checked before ``dst`` is touched, so a bad input leaves it as it was; ``atomic``:
     written to a sibling and published whole at the end (:func:`~nsdist.data.fs.atomic_writer`), else written
     in place (a part file of a directory published whole, :func:`nsdist.engine.predict.predict_files`).
-    ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as :func:`table_rows`'s.  The scores are
-    computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits wherever it is
-    computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of rows.
+    ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as :func:`table_rows`'s.  The
+    scores are computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits
+    wherever it is computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of
+    rows.
     """
     from nsdist.data.fs import access, atomic_writer
 
