@@ -132,34 +132,36 @@ def test_raw_parquet_with_categories_and_ids_is_scored_file_by_file(cluster, tmp
 
 
 def test_a_dataset_opened_with_feature_columns_scores_only_those(cluster, tmp_path):
-    """A ``Dataset`` opened with ``feature_columns`` (the way such a model was trained: its other columns are an
-    id and a timestamp): scored into a file here and into a directory on the cluster, only its features are
-    read -- the scores are the model's on those columns -- and the other columns are copied only when kept.
-    The files' URL, which says nothing of the features, is refused naming the extra column."""
+    """A ``Dataset`` opened with ``feature_columns`` and its own label column (the way such a model was trained:
+    its other columns are an id and a timestamp): scored into a file here and into a directory on the cluster,
+    only its features are read -- the scores are the model's on those columns --, its label column is copied
+    as the label, and the other columns are copied only when kept.  The files' URL, which says nothing of the
+    features, is refused naming the extra column."""
     raw = tmp_path / "raw"
     raw.mkdir()
     frames = []
     for i, n in enumerate((300, 200)):
         df = pd.DataFrame({"txn": np.arange(n) + 1000 * i, "a": RNG.normal(size=n), "when": RNG.normal(size=n),
-                           "b": RNG.normal(size=n).astype(np.float32), "label": RNG.choice([0, 1], n)})
+                           "b": RNG.normal(size=n).astype(np.float32), "fraud": RNG.choice([0, 1], n)})
         df.to_parquet(raw / f"day-{i}.parquet", index=False)
         frames.append(df)
     rows = pd.concat(frames, ignore_index=True)
     model = LinearModel(np.array([0.7, -1.3]), 0.2, "f1", feature_names=["a", "b"])
-    ds = Dataset.open(str(raw), feature_columns=["a", "b"])
+    ds = Dataset.open(str(raw), label_column="fraud", feature_columns=["a", "b"])
     nsdist.predict(model, ds, str(tmp_path / "one.parquet"))
     nsdist.predict(model, ds, str(tmp_path / "scores"), client=cluster.address)
     nsdist.predict(model, ds, str(tmp_path / "kept"), client=cluster.address, keep=["txn"])
     one, parts = pq.read_table(tmp_path / "one.parquet"), read_dir(tmp_path / "scores")
     kept = read_dir(tmp_path / "kept")
-    assert one.column_names == ["label", "score", "prediction"] and parts.equals(one)
+    assert one.column_names == ["fraud", "score", "prediction"] and parts.equals(one)
+    np.testing.assert_array_equal(one.column("fraud").to_numpy(), rows["fraud"].to_numpy())
     expected = rows["a"].to_numpy() * 0.7 - 1.3 * rows["b"].to_numpy().astype(np.float64) + 0.2
     np.testing.assert_allclose(one.column("score").to_numpy(), expected, rtol=1e-12, atol=1e-12)
-    assert kept.column_names == ["txn", "label", "score", "prediction"]
+    assert kept.column_names == ["txn", "fraud", "score", "prediction"]
     np.testing.assert_array_equal(kept.column("txn").to_numpy(), rows["txn"].to_numpy())
     for dst, client in ((tmp_path / "url.parquet", None), (tmp_path / "url-dir", cluster.address)):
         with pytest.raises(ValueError, match="unexpected 'txn'"):
-            nsdist.predict(model, str(raw), str(dst), client=client)
+            nsdist.predict(model, str(raw), str(dst), client=client, label_column="fraud")
 
 
 def test_a_sparse_dataset_is_scored_as_csr_rows_on_the_cluster(shared_data, cluster, dask_client, tmp_path):
