@@ -228,8 +228,9 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:
         report = _Reporter(on_progress)
         blocks = source.blocks(options.chunk_rows)
+        n_blocks = len(blocks) if isinstance(blocks, Sized) else None
         summaries = stream_calls(dask, source.scan, ((b,) for b in blocks),
-                            report("read", 1, len(blocks) if isinstance(blocks, Sized) else None, lambda s: s.rows))
+                                 report("read", 1, n_blocks, lambda s: s.rows))
         source = source.planned(summaries)
         n_rows, positives = sum(s.rows for s in summaries), sum(s.positives for s in summaries)
         if n_rows == 0:
@@ -247,10 +248,10 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
                                                                options.dtype), header_meta)
         fs.makedirs(job.work, exist_ok=True)
         scattered = stream_calls(dask, job.scatter,
-                            zip(range(len(counts)), source.blocks(options.chunk_rows), counts),
-                            report("shuffle", 2, len(counts), int))
+                                 zip(range(len(counts)), source.blocks(options.chunk_rows), counts),
+                                 report("shuffle", 2, len(counts), int))
         parts = stream_calls(dask, job.gather, ((b, _slices(counts, b)) for b in range(len(sizes))),
-                        report("write", 3, len(sizes), lambda part: part["num_rows"]))
+                             report("write", 3, len(sizes), lambda part: part["num_rows"]))
         fs.rm(job.work, recursive=True)
         sidecar = {**header_meta, "partitions": parts,
                    "content_sha256": meta.sha256_json([p["sha256"] for p in parts])}

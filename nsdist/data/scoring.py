@@ -379,10 +379,11 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
 
     ``src`` as :func:`score_sparse` or :func:`score_table` read it (told apart by :func:`scorer`), or a
     :class:`~nsdist.data.Dataset`: its partitions in order (a selection: those rows), each read as a task of
-    :func:`nsdist.engine.predict.predict_files` reads it, and only its columns (:func:`dataset_columns`).  The
-    input's columns are checked before ``dst`` is touched, so a bad input leaves it as it was; ``atomic``:
-    written to a sibling and published whole at the end (:func:`~nsdist.data.fs.atomic_writer`), else written
-    in place (a part file of a directory published whole, :func:`nsdist.engine.predict.predict_files`).
+    :func:`nsdist.engine.predict.predict_files` reads it, and only its columns (``columns``: its
+    ``schema.read_columns``).  The input's columns are checked before ``dst`` is touched, so a bad input
+    leaves it as it was; ``atomic``: written to a sibling and published whole at the end
+    (:func:`~nsdist.data.fs.atomic_writer`), else written in place (a part file of a directory published
+    whole, :func:`nsdist.engine.predict.predict_files`).
     ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as :func:`table_rows`'s.  The
     scores are computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits
     wherever it is computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of
@@ -392,7 +393,7 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
 
     if isinstance(src, Dataset):
         storage_options = storage_options or src.fs.storage_options
-        columns = dataset_columns(src)
+        columns = src.schema.read_columns       # its features and label: not the other columns of its files
         units = [(display(src.fs, p.path), None if p.row_groups is None else (p.row_groups, p.file_row))
                  for p in src.file_parts()]
     else:
@@ -414,13 +415,6 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
         out_fs, out = resolve(dst, storage_options)
         with access(out_fs, out, "write"), out_fs.open(out, "wb") as f:
             return write_tables(f, first, tables, fmt)
-
-
-def dataset_columns(ds: Dataset) -> list[str]:
-    """The columns a scorer reads of the dataset ``ds`` besides the copied ones: its feature columns and label
-    (opened with ``feature_columns``, its other columns are not features: they are left out, or copied by
-    ``keep``)."""
-    return ds.schema.read_columns
 
 
 def _alike(fs, parts: Sequence) -> list[str]:

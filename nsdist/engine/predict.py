@@ -27,7 +27,7 @@ from ..data import metadata as meta
 from ..data.dataset import Dataset, file_parts
 from ..data.fs import access, display, forwarded_options, resolve, scrub, staging_directory
 from ..data.ingestion import stream_calls
-from ..data.scoring import dataset_columns, open_sparse, score_table, sparse_input_format, unseen_message, write_scores
+from ..data.scoring import open_sparse, score_table, sparse_input_format, unseen_message, write_scores
 from ..model import LinearModel
 
 __all__ = ["predict_files", "PREDICTIONS_FORMAT", "part_name"]
@@ -127,7 +127,7 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
     urls = [display(fs, p.path) for p in parts]
     runs = [None if p.row_groups is None else (p.row_groups, p.file_row) for p in parts]
     how = dict(label_column=label_column, keep=list(keep), threshold=float(threshold),
-               columns=dataset_columns(src) if isinstance(src, Dataset) else None)
+               columns=src.schema.read_columns if isinstance(src, Dataset) else None)
     # the first file's columns, checked here before a task runs or the output is touched (a later file that
     # differs fails on its worker, naming it)
     if sparse_input_format(urls[0], options, format="parquet"):
