@@ -635,7 +635,7 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
 
 
 def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=None, label_column: str | None = None,
-            keep=(), threshold: float = 0.0, storage_options: dict | None = None, format: str | None = None,
+            keep=(), drop=(), threshold: float = 0.0, storage_options: dict | None = None, format: str | None = None,
             on_file: Callable[[int, int, int], None] | None = None) -> dict:
     """Score every row of ``src`` with ``model`` and write ``score`` and ``prediction`` (+1 where the score is
     above ``threshold``) with the copied columns (the label column when present, and ``keep``).
@@ -643,7 +643,8 @@ def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=No
     ``label_column``: not a feature, copied when present (default: a Dataset's own label column, else
     ``"label"``).  A :class:`~nsdist.data.Dataset` opened with ``feature_columns`` is read for those columns
     only (its other columns are left out, or copied by ``keep``); any other input's columns must be the
-    model's features, the label column and ``keep``.
+    model's features, the label column, ``keep`` and ``drop`` (columns left out: neither features nor copied,
+    never read); another column is refused, naming it (a column added upstream is not silently ignored).
 
     ``dst`` a file (``.parquet`` / ``.parq`` / ``.pq``, or ``.csv``, optionally compressed): ``src`` -- a
     Parquet file or dataset (dense, raw one-hot columns, or the sparse layout), a CSV file or an svmlight
@@ -675,7 +676,8 @@ def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=No
         raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
     if label_column is None:
         label_column = src.schema.label if isinstance(src, Dataset) else "label"
-    how = dict(label_column=label_column, keep=list(keep), threshold=float(threshold), storage_options=storage_options)
+    how = dict(label_column=label_column, keep=list(keep), drop=list(drop), threshold=float(threshold),
+               storage_options=storage_options)
     t0 = time.perf_counter()
     if output_format(dst) is not None:
         rows = write_scores(model, src, dst, format=format, **how)

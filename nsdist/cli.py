@@ -228,13 +228,15 @@ def _add_predict(sub) -> None:
                        " .parquet or .csv file (scored in this process, written atomically), or a directory (each "
                        "Parquet file of INPUT scored on the Dask cluster into OUTPUT/part-NNNNN.parquet, in sorted "
                        "file order, published whole with its manifest _nsdist.json; a directory of scores there is "
-                       "replaced, anything else refused). INPUT's columns are the model's features, the label column "
-                       "and any --keep columns (copied to OUTPUT); a model of one-hot columns (ingest --categorical "
-                       "COL: features COL=value) takes the raw column COL, encoded as ingest did (an unseen value sets"
-                       " none of its features; a warning counts such rows). Sparse input (svmlight, or Parquet in the "
-                       "sparse layout) is scored as CSR rows.",
+                       "replaced, anything else refused). INPUT's columns are the model's features, the label column, "
+                       "any --keep columns (copied to OUTPUT) and any --drop columns (left out); any other column is "
+                       "refused, naming it (a column added upstream is never taken for a feature); a model of "
+                       "one-hot columns (ingest --categorical COL: features COL=value) takes the raw column COL, "
+                       "encoded as ingest did (an unseen value sets none of its features; a warning counts such rows)."
+                       " Sparse input (svmlight, or Parquet in the sparse layout) is scored as CSR rows.",
                        epilog=_examples("nsdist predict runs/letter-pauc runs/letter/data scores.parquet",
                                         "nsdist predict runs/x/model new.csv scores.csv --keep id",
+                                        "nsdist predict runs/x payments/ scores.parquet --keep txn --drop ts",
                                         "nsdist predict runs/x s3://b/day=1201 s3://b/scores/day=1201 --keep id"))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
     p.add_argument("input", help="Parquet file, dataset directory or glob, a CSV file (a header line is detected "
@@ -245,6 +247,9 @@ def _add_predict(sub) -> None:
                    help="label column: not a feature; copied to the output when present (default: label)")
     p.add_argument("--keep", action="append", default=[], metavar="COL",
                    help="copy this column (an id ...) to the output; not a feature (repeatable)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL",
+                   help="leave this column of INPUT out: not a feature, not copied, never read (a timestamp, free "
+                   "text ...; repeatable)")
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="predict +1 where the score is above T (default 0)")
     p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
@@ -411,8 +416,8 @@ def _cmd_predict(args) -> int:
     from .run import run_predict
 
     r = run_predict(args.model, args.input, args.output, label_column=args.label_column, keep=args.keep,
-                    threshold=args.threshold, storage_options=_storage(args) or None, format=args.format,
-                    scheduler=args.scheduler, progress=not args.no_progress)
+                    drop=args.drop, threshold=args.threshold, storage_options=_storage(args) or None,
+                    format=args.format, scheduler=args.scheduler, progress=not args.no_progress)
     where = "" if r["files"] is None else \
         f" on the cluster into {plural(r['files'], 'part file')} in {r['seconds']:.1f} s"
     print(f"{plural(r['rows'], 'row')} scored{where}; written to {args.output}")

@@ -491,8 +491,8 @@ def run_evaluate(model: str, dataset: str, *, label_column: str = "label", posit
 
 
 def run_predict(model: str, src: str, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
-                threshold: float = 0.0, storage_options: dict | None = None, format: str | None = None,
-                scheduler: str | None = None, progress: bool = True) -> dict:
+                drop: Sequence[str] = (), threshold: float = 0.0, storage_options: dict | None = None,
+                format: str | None = None, scheduler: str | None = None, progress: bool = True) -> dict:
     """``nsdist predict``: score ``src`` with the model at ``model`` (a model or run directory) into ``dst``
     (:func:`nsdist.predict`: a file, in this process; a directory, on the cluster at ``scheduler``, else an
     embedded one, its dashboard announced, with a progress bar on a terminal); :func:`nsdist.predict`'s result."""
@@ -502,7 +502,7 @@ def run_predict(model: str, src: str, dst: str, *, label_column: str = "label", 
     from .progress import FileBar
 
     loaded = api.load_model(model_dir(model, storage_options), storage_options)
-    how = dict(label_column=label_column, keep=keep, threshold=threshold, storage_options=storage_options,
+    how = dict(label_column=label_column, keep=keep, drop=drop, threshold=threshold, storage_options=storage_options,
                format=format)
     if output_format(dst) is not None:
         if scheduler:

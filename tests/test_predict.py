@@ -164,6 +164,61 @@ def test_a_dataset_opened_with_feature_columns_scores_only_those(cluster, tmp_pa
             nsdist.predict(model, str(raw), str(dst), client=client, label_column="fraud")
 
 
+def test_drop_leaves_a_column_out_here_on_the_cluster_and_on_the_command_line(cluster, tmp_path):
+    """Parquet files (and a CSV file) as users have them: a transaction id, the model's two features, a
+    timestamp that is no feature, and the label.  Without ``drop`` the timestamp is refused, naming it and
+    both ways out; with ``keep=["txn"], drop=["when"]`` the scores are the model's on the two features (an
+    independent ``0.7 a - 1.3 b + 0.2``), the id and label are copied and the timestamp is not -- in one
+    file here, in a directory on ``dask worker`` processes, from a CSV file and from ``nsdist predict
+    --drop``.  A misspelt ``drop`` name, a column both kept and dropped, and ``drop`` on svmlight input
+    are refused, naming them."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    frames = []
+    for i, n in enumerate((400, 250)):
+        df = pd.DataFrame({"txn": np.arange(n) + 1000 * i, "a": RNG.normal(size=n), "when": RNG.normal(size=n),
+                           "b": RNG.normal(size=n).astype(np.float32), "label": RNG.choice([-1, 1], n)})
+        df.to_parquet(raw / f"day-{i}.parquet", index=False)
+        frames.append(df)
+    rows = pd.concat(frames, ignore_index=True)
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    model = LinearModel(np.array([0.7, -1.3]), 0.2, "f1", feature_names=["a", "b"])
+    for dst, client in ((tmp_path / "refused.parquet", None), (tmp_path / "refused", cluster.address)):
+        with pytest.raises(ValueError, match="unexpected 'when'.*--keep, or left out with --drop"):
+            nsdist.predict(model, str(raw), str(dst), client=client, keep=["txn"])
+        assert not dst.exists()
+    how = dict(keep=["txn"], drop=["when"])
+    nsdist.predict(model, str(raw), str(tmp_path / "one.parquet"), **how)
+    nsdist.predict(model, str(raw), str(tmp_path / "scores"), client=cluster.address, **how)
+    nsdist.predict(model, str(tmp_path / "rows.csv"), str(tmp_path / "csv.parquet"), **how)
+    one = pq.read_table(tmp_path / "one.parquet")
+    assert one.column_names == ["txn", "label", "score", "prediction"]
+    assert read_dir(tmp_path / "scores").equals(one)
+    assert json.loads((tmp_path / "scores" / "_nsdist.json").read_text())["drop"] == ["when"]
+    expected = rows["a"].to_numpy() * 0.7 - 1.3 * rows["b"].to_numpy().astype(np.float64) + 0.2
+    np.testing.assert_allclose(one.column("score").to_numpy(), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(one.column("txn").to_numpy(), rows["txn"].to_numpy())
+    from_csv = pq.read_table(tmp_path / "csv.parquet")
+    assert from_csv.column_names == one.column_names
+    np.testing.assert_allclose(from_csv.column("score").to_numpy(), expected, rtol=1e-6, atol=1e-6)  # b in text
+    model.save(str(tmp_path / "model"))
+    proc = subprocess.run([sys.executable, "-m", "nsdist", "predict", str(tmp_path / "model"), str(raw),
+                           str(tmp_path / "cli.parquet"), "--keep", "txn", "--drop", "when"], capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(tmp_path / "cli.parquet").equals(one)
+    with pytest.raises(ValueError, match="--drop column.*'whne' not in"):
+        nsdist.predict(model, str(raw), str(tmp_path / "typo.parquet"), keep=["txn"], drop=["when", "whne"])
+    with pytest.raises(ValueError, match="'txn' .* both copied \\(--keep\\) and left out"):
+        nsdist.predict(model, str(raw), str(tmp_path / "both.parquet"), keep=["txn"], drop=["txn", "when"])
+    with pytest.raises(ValueError, match="'label' .* both copied \\(the label\\)"):
+        nsdist.predict(model, str(raw), str(tmp_path / "label.parquet"), keep=["txn"], drop=["label", "when"])
+    (tmp_path / "rows.svm").write_text("1 1:0.5 2:1.0\n-1 2:2.0\n")
+    with pytest.raises(ValueError, match="--drop does not apply to svmlight input"):
+        nsdist.predict(model, str(tmp_path / "rows.svm"), str(tmp_path / "svm.parquet"), drop=["when"])
+    assert not any((tmp_path / f).exists() for f in ("typo.parquet", "both.parquet", "label.parquet", "svm.parquet"))
+
+
 def test_a_sparse_dataset_is_scored_as_csr_rows_on_the_cluster(shared_data, cluster, dask_client, tmp_path):
     """a9a's test file ingested in the sparse layout: its parts equal the one-process output and the scores
     svmlight's rows give by hand."""

@@ -14,7 +14,7 @@ svmlight rows: column ``j`` of the matrix is index ``j + 1`` in the file (as
 ingest writes it; a model trained on an svmlight file's ingested dataset scores
 that file); an index above the model's dimension is an error naming the line.
 The output copies the label as ``label`` (+1/-1; label > 0 is positive).
-Sparse Parquet: the label column and ``keep`` columns are copied.
+Sparse Parquet: the label column and ``keep`` columns are copied; its other columns are not read.
 
 **Tables**: a CSV file or a dense Parquet file/dataset whose columns are the
 model's features (:func:`table_rows`, :func:`score_table`).  A model of columns
@@ -23,6 +23,9 @@ the raw column ``COL``, encoded as ingest encoded it (its values stripped of
 spaces and quotes as ingest strips them); a value the model never saw sets none
 of its features, and a warning counts such rows.  A CSV file's header line is
 detected as ingest detects it; without one its columns are ``col0, col1, ...``.
+Every column of a table is a feature, the label, a ``keep`` column (copied) or a
+``drop`` column (left out, never read): any other is refused, naming it, so that a
+column added upstream is never taken for a feature or silently ignored.
 """
 from __future__ import annotations
 
@@ -114,7 +117,7 @@ def sparse_input_format(src: str, storage_options: Mapping[str, Any] | None = No
 
 
 def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
-                storage_options: Mapping[str, Any] | None = None,
+                drop: Sequence[str] = (), storage_options: Mapping[str, Any] | None = None,
                 chunk_rows: int = DEFAULT_CHUNK_ROWS, positive: LabelValues = None, format: str | None = None,
                 part: tuple[tuple[int, int], int] | None = None) -> Iterator[tuple[pa.Table, sp.csr_matrix]]:
     """Stream a sparse input as ``(copied columns, X)`` chunks, ``X`` CSR of ``n_features`` columns.
@@ -129,23 +132,24 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
     ------
     ValueError
         If ``src`` is not a sparse input, its dimension differs from (svmlight: exceeds)
-        ``n_features``, a ``keep`` column is missing (svmlight has none), or a row is
+        ``n_features``, a ``keep`` or ``drop`` column is missing (svmlight has none), or a row is
         malformed (naming the file and line, or the partition and row).
     """
     fmt = sparse_input_format(src, storage_options, format=format)
     if fmt is None:
         raise ValueError(f"{src} is neither an svmlight file nor a sparse Parquet dataset")
     if fmt == "svmlight":
-        if keep:
-            raise ValueError(f"--keep does not apply to svmlight input {src} (it has no named columns)")
+        if keep or drop:
+            raise ValueError(f"--{'keep' if keep else 'drop'} does not apply to svmlight input {src} (it has no "
+                             "named columns)")
         fs, path = resolve(src, storage_options)
         rule = LabelRule.create(positive, default="sign")
         for block in text_blocks(fs, path, chunk_rows):
             rows = parse_svmlight(block, rule, n_features=n_features)
             yield pa.table({"label": pa.array(rows.labels, pa.int8())}), rows.to_csr(n_features)
         return
-    ds = open_sparse(src, n_features, label_column=label_column, keep=keep, storage_options=storage_options,
-                     positive=positive)
+    ds = open_sparse(src, n_features, label_column=label_column, keep=keep, drop=drop,
+                     storage_options=storage_options, positive=positive)
     chosen = [p.index for p in ds.partitions if part is None or p.row_groups == tuple(part[0])]
     if part is not None and not chosen:
         raise ValueError(f"{src}: no partition of it reads the row groups {tuple(part[0])} (its partitions: "
@@ -160,35 +164,47 @@ def sparse_rows(src: str, n_features: int, *, label_column: str = "label", keep:
 
 
 def open_sparse(src: str, n_features: int, *, label_column: str = "label", keep: Sequence[str] = (),
-                storage_options: Mapping[str, Any] | None = None, positive: LabelValues = None) -> Dataset:
+                drop: Sequence[str] = (), storage_options: Mapping[str, Any] | None = None,
+                positive: LabelValues = None) -> Dataset:
     """The sparse Parquet dataset ``src``, checked as :func:`sparse_rows` checks it before it reads a row: its
-    dimension is ``n_features``, and the ``keep`` columns exist and are not the output's."""
+    dimension is ``n_features``, and the ``keep`` and ``drop`` columns are some of its own
+    (:func:`check_named`; its other columns are never read, so ``drop`` changes nothing else)."""
     ds = Dataset.open(src, label_column=label_column, storage_options=storage_options, positive=positive)
     if ds.n_features != n_features:
         raise ValueError(f"{src} has {ds.n_features} features, the model expects {n_features}")
-    names = _read_footer(ds.fs, ds.partitions[0].path)[1].names
-    absent = [c for c in keep if c not in names]
-    if absent:
-        raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
-                         f"(columns: {', '.join(names)})")
+    check_named(_read_footer(ds.fs, ds.partitions[0].path)[1].names, src, label_column, keep, drop)
     extra = [c for c in keep if c in _OUTPUT_COLUMNS]
     if extra:
         raise ValueError(f"{src} has a column {extra[0]!r}, which the output uses for the model's {extra[0]}s")
     return ds
 
 
+def check_named(names: Sequence[str], src: str, label_column: str, keep: Sequence[str], drop: Sequence[str]) -> None:
+    """Raise ValueError unless every ``keep`` and ``drop`` column is one of the input's ``names``, and no column is
+    both copied (the label, ``keep``) and dropped: a misspelt name is named, never silently ignored."""
+    for option, wanted in (("--keep", keep), ("--drop", drop)):
+        absent = [c for c in wanted if c not in names]
+        if absent:
+            raise ValueError(f"{option} column(s) {', '.join(map(repr, absent))} not in {src} "
+                             f"(columns: {', '.join(names)})")
+    both = [c for c in drop if c in keep or c == label_column]
+    if both:
+        how = "the label" if both[0] == label_column else "--keep"
+        raise ValueError(f"column {both[0]!r} of {src} is both copied ({how}) and left out (--drop)")
+
+
 def score_sparse(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
-                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                 drop: Sequence[str] = (), threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                  format: str | None = None, unseen_out: dict[str, list] | None = None,
                  part: tuple[tuple[int, int], int] | None = None,
                  columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row, chunk by
     chunk (an input without rows: one table without rows; ``format``: as :func:`sparse_input_format`).
-    ``unseen_out``, ``part`` and ``columns`` as :func:`score_table`'s (sparse rows have no raw one-hot columns,
-    so ``unseen_out`` stays empty; only the sparse columns, the label and ``keep`` are read, whatever
-    ``columns``)."""
+    ``drop``, ``unseen_out``, ``part`` and ``columns`` as :func:`score_table`'s (sparse rows have no raw one-hot
+    columns, so ``unseen_out`` stays empty; only the sparse columns, the label and ``keep`` are read, whatever
+    ``columns`` and ``drop``)."""
     empty = True
-    for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep,
+    for copied, X in sparse_rows(src, model.n_features, label_column=label_column, keep=keep, drop=drop,
                                  storage_options=storage_options, format=format, part=part):
         empty = False
         yield _scored(copied, model.decision_function(X) if X.shape[0] else np.zeros(0), threshold)
@@ -204,14 +220,15 @@ def _scored(copied: pa.Table, scores: np.ndarray, threshold: float) -> pa.Table:
 
 
 def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
-               storage_options: Mapping[str, Any] | None = None, format: str | None = None,
+               drop: Sequence[str] = (), storage_options: Mapping[str, Any] | None = None, format: str | None = None,
                unseen_out: dict[str, list] | None = None, part: tuple[tuple[int, int], int] | None = None,
                columns: Sequence[str] | None = None) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Stream a CSV or dense Parquet input as ``(copied columns, scores)`` batches (module doc).
 
     ``columns``: the input's only columns read besides the copied ones (a :class:`~nsdist.data.Dataset`'s
     :attr:`~nsdist.data.columns.FeatureSchema.read_columns`: opened with ``feature_columns``, its other columns
-    are not features); None: every column is a feature or copied.
+    are not features); None: every column is a feature or copied.  ``drop``: columns of the input that are
+    neither features nor copied (an id left out of the output, a timestamp), never read.
 
     ``part``: ``((start, stop), first row)``: only the row groups ``range(start, stop)`` of the Parquet file
     ``src``, whose first row is the file's row ``first row`` (a :class:`~nsdist.data.dataset.FilePart`).
@@ -228,7 +245,7 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
     ------
     ValueError
         If the input's feature columns differ from the model's (naming the difference), a
-        feature column is not numeric, or a ``keep`` column is missing.
+        feature column is not numeric, or a ``keep`` or ``drop`` column is missing.
     """
     import pyarrow.csv as pacsv
     import pyarrow.dataset as pads
@@ -253,10 +270,8 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
             fragment = next(whole.get_fragments()).subset(row_group_ids=list(range(*part[0])))
             data = pads.FileSystemDataset([fragment], whole.schema, parquet, filesystem=fragment.filesystem)
         names = data.schema.names
-    absent = [c for c in keep if c not in names]
-    if absent:
-        raise ValueError(f"--keep column(s) {', '.join(map(repr, absent))} not in {src} "
-                         f"(columns: {', '.join(names)})")
+    check_named(names, src, label_column, keep, drop)
+    stored, names = names, [c for c in names if c not in drop]       # every column of the input; those read
     if columns is not None:
         names = [c for c in names if c in columns or c == label_column or c in keep]
     copied = [c for c in names if c == label_column or c in keep]
@@ -271,10 +286,11 @@ def table_rows(model, src: str, *, label_column: str = "label", keep: Sequence[s
         check_feature_names([c for c in names if c not in copied and c not in onehot],
                             plain if onehot else model.feature_names, where=f"input {src}")
     except ValueError as exc:
-        raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep)") from None
+        raise ValueError(f"{exc} (a column that is not a feature can be copied with --keep, or left out with "
+                         "--drop)") from None
     if fmt == "csv":
         data = pads.dataset(path, filesystem=fs, format=pads.CsvFileFormat(
-            read_options=pacsv.ReadOptions(column_names=names, skip_rows=layout.header_line),
+            read_options=pacsv.ReadOptions(column_names=stored, skip_rows=layout.header_line),
             convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in onehot})))
     for name in plain:
         kind = data.schema.field(name).type
@@ -316,13 +332,13 @@ def unseen_message(src: str, column: str, count: int, example: str) -> str:
 
 
 def score_table(model, src: str, *, label_column: str = "label", keep: Sequence[str] = (),
-                threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                drop: Sequence[str] = (), threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                 format: str | None = None, unseen_out: dict[str, list] | None = None,
                 part: tuple[tuple[int, int], int] | None = None,
                 columns: Sequence[str] | None = None) -> Iterator[pa.Table]:
     """The copied columns plus ``score`` and ``prediction`` (+1 where score > threshold) of every row of a CSV or
     dense Parquet input, batch by batch (:func:`table_rows`; the first table has no rows)."""
-    for copied, scores in table_rows(model, src, label_column=label_column, keep=keep,
+    for copied, scores in table_rows(model, src, label_column=label_column, keep=keep, drop=drop,
                                      storage_options=storage_options, format=format, unseen_out=unseen_out,
                                      part=part, columns=columns):
         yield _scored(copied, scores, threshold)
@@ -371,7 +387,7 @@ def write_tables(f, first: pa.Table, rest: Iterator[pa.Table], fmt: str) -> int:
 
 
 def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "label", keep: Sequence[str] = (),
-                 threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                 drop: Sequence[str] = (), threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
                  format: str | None = None, atomic: bool = True, unseen_out: dict[str, list] | None = None,
                  part: tuple[tuple[int, int], int] | None = None, columns: Sequence[str] | None = None) -> int:
     """Score every row of the input ``src`` and write the copied columns, ``score`` and ``prediction`` to the
@@ -384,10 +400,10 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
     leaves it as it was; ``atomic``: written to a sibling and published whole at the end
     (:func:`~nsdist.data.fs.atomic_writer`), else written in place (a part file of a directory published
     whole, :func:`nsdist.engine.predict.predict_files`).
-    ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as :func:`table_rows`'s.  The
-    scores are computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's score has the same bits
-    wherever it is computed: in this process or in a worker, whose BLAS has one thread.  Returns the number of
-    rows.
+    ``drop``, ``unseen_out``, ``part`` (a run of the file's row groups) and ``columns``: as
+    :func:`table_rows`'s.  The scores are computed on one BLAS thread (:mod:`nsdist._threads`), so that a row's
+    score has the same bits wherever it is computed: in this process or in a worker, whose BLAS has one thread.
+    Returns the number of rows.
     """
     from nsdist.data.fs import access, atomic_writer
 
@@ -404,8 +420,9 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
         units = [(src, part)]
     score = scorer(units[0][0], storage_options, format)
     tables = itertools.chain.from_iterable(
-        score(model, url, label_column=label_column, keep=keep, threshold=threshold, storage_options=storage_options,
-              format=format, unseen_out=unseen_out, part=run, columns=columns) for url, run in units)
+        score(model, url, label_column=label_column, keep=keep, drop=drop, threshold=threshold,
+              storage_options=storage_options, format=format, unseen_out=unseen_out, part=run, columns=columns)
+        for url, run in units)
     with one_blas_thread():
         first = next(tables)              # before dst is touched: a bad input leaves it as it was
         fmt = output_format(dst) or "parquet"

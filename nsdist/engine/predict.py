@@ -78,7 +78,8 @@ def _check_output(src_fs, src_dir: str | None, src_files: list[str], dst: str, o
 
 
 def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: str, *, label_column: str = "label",
-                  keep: Sequence[str] = (), threshold: float = 0.0, storage_options: Mapping[str, Any] | None = None,
+                  keep: Sequence[str] = (), drop: Sequence[str] = (), threshold: float = 0.0,
+                  storage_options: Mapping[str, Any] | None = None,
                   on_file: Callable[[int, int, int], None] | None = None) -> dict[str, Any]:
     """Score every row of the Parquet input ``src`` on ``client``'s workers into the directory ``dst``.
 
@@ -97,6 +98,9 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
         where the score exceeds ``threshold``) of that part's rows in their order, and ``_nsdist.json`` (the
         manifest: format, the parts, their inputs and rows).  An existing directory of scores is replaced;
         anything else there is refused.
+    keep, drop : sequence of str
+        Columns of the input copied to the output, and columns left out (neither features nor copied; never
+        read): :func:`~nsdist.data.scoring.table_rows`.
     on_file : callable, optional
         Called as ``on_file(done, total, rows)`` each time a part is written (a progress bar).
 
@@ -126,12 +130,13 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
         path = resolve(src, options)[1]
     urls = [display(fs, p.path) for p in parts]
     runs = [None if p.row_groups is None else (p.row_groups, p.file_row) for p in parts]
-    how = dict(label_column=label_column, keep=list(keep), threshold=float(threshold),
+    how = dict(label_column=label_column, keep=list(keep), drop=list(drop), threshold=float(threshold),
                columns=src.schema.read_columns if isinstance(src, Dataset) else None)
     # the first file's columns, checked here before a task runs or the output is touched (a later file that
     # differs fails on its worker, naming it)
     if sparse_input_format(urls[0], options, format="parquet"):
-        open_sparse(urls[0], model.n_features, label_column=label_column, keep=keep, storage_options=options)
+        open_sparse(urls[0], model.n_features, label_column=label_column, keep=keep, drop=drop,
+                    storage_options=options)
     else:
         next(score_table(model, urls[0], storage_options=options, format="parquet", part=runs[0], **how))
     out_fs, out = _check_output(fs, path if root == path else None, [p.path for p in parts], dst, options)
@@ -160,6 +165,7 @@ def predict_files(client: Client, model: LinearModel, src: str | Dataset, dst: s
                         "nsdist_version": meta.library_version(),
                         "input": scrub(src.url if isinstance(src, Dataset) else str(src)), "measure": model.measure,
                         "threshold": float(threshold), "label_column": label_column, "keep": list(keep),
+                        "drop": list(drop),
                         "num_rows": sum(rows), "partitions": listing}
             with access(out_fs, staging, "write"):
                 out_fs.pipe_file(posixpath.join(staging, meta.SIDECAR), meta.dumps(manifest, indent=1).encode())
