@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -322,6 +323,30 @@ def test_an_empty_partition_among_others_is_skipped_with_a_warning(rows, cluster
     with pytest.warns(UserWarning, match="part-00002-empty.parquet: Parquet file has no rows; skipped"):
         skipped = train(within, client=cluster, solver="2pmb", **TRAIN)
     np.testing.assert_array_equal(skipped.coef, train(without, client=cluster, solver="2pmb", **TRAIN).coef)
+
+
+def test_a_null_in_the_last_file_stops_the_job_before_its_first_step(rows, cluster, env, tmp_path):
+    """Twelve files, one null feature in the last: ``nsdist.train`` and ``nsdist train`` fail as they open the
+    dataset, naming the file, row and feature, before a step is taken (``on_step`` is never called), where a job
+    of one explicit candidate (no holdout to gather, no moments: nothing read before the chain) used to stream
+    the good files first; the command leaves no run directory."""
+    X, y = rows
+    root = Path(write_parquet(tmp_path / "data", X, y, rows_per_file=250))
+    last = root / "part-00011.parquet"
+    table = pq.read_table(last)
+    f7 = table.column("f7").combine_chunks()
+    table = table.set_column(table.schema.get_field_index("f7"), "f7",
+                             pa.array(f7.to_numpy(), mask=np.arange(len(f7)) == 121))
+    pq.write_table(table, last)
+    steps = []
+    message = "part-00011.parquet (partition 11): row 121: feature 'f7' is missing (null)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        train(str(root), client=cluster, on_step=steps.append, solver="1pmb", eta=1.0, standardize=False, **TRAIN)
+    assert steps == []
+    proc = nsdist_cli("train", root, "--out", tmp_path / "run", "--solver", "1pmb", "--eta", "1", "--standardize",
+                      "false", *TRAIN_ARGS, env=env)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def _plain_parquet(root: Path, X: np.ndarray, y: np.ndarray) -> str:

@@ -258,6 +258,43 @@ def test_null_feature_and_bad_labels(tmp_path):
         Dataset.open(tmp_path / "l.parquet", label_column="y")
 
 
+def test_a_null_is_found_when_the_dataset_is_opened_not_when_its_file_is_read(tmp_path):
+    """Four files, a null in the last one's feature ``b`` (row 123): the footers' statistics count it, so opening
+    the dataset raises the error reading that file raises -- its partition, row and column -- before any row of
+    the other files is read; leaving ``b`` out (``feature_columns``) opens it.  A file written without
+    statistics opens and is still checked where it is read, and so does the sparse layout's list columns, whose
+    null count includes the empty rows (here a row without non-zeros beside a missing list).  A missing label
+    is found at open."""
+    root = tmp_path / "dense"
+    root.mkdir()
+    for i in range(4):
+        df = _frame(200, RNG.choice([0, 1], 200))
+        b = pa.array(df["b"], mask=(np.arange(200) == 123) if i == 3 else None)
+        pq.write_table(pa.table({"a": df["a"], "b": b, "c": df["c"], "label": df["label"]}),
+                       root / f"part-{i}.parquet")
+    message = "part-3.parquet (partition 3): row 123: feature 'b' is missing (null)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Dataset.open(root)
+    assert Dataset.open(root, feature_columns=["a", "c"]).n_features == 2
+    table = pq.read_table(root / "part-3.parquet")
+    pq.write_table(table, root / "part-3.parquet", write_statistics=False)
+    ds = Dataset.open(root)                           # no null count in its footer: found where it is read
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ds.read_partition(3)
+    sparse = tmp_path / "sparse.parquet"
+    schema = pa.schema([("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64())),
+                        ("label", pa.int8())], metadata={b"nsdist": b'{"n_features": 10}'})
+    pq.write_table(pa.table({"indices": [[0, 3], [], [1], None], "values": [[1.0, 2.0], [], [0.5], None],
+                             "label": [1, -1, 1, 1]}, schema=schema), sparse)
+    ds = Dataset.open(sparse)
+    with pytest.raises(ValueError, match=re.escape("sparse.parquet (partition 0): row 3: 'indices' is missing")):
+        ds.read_partition(0)
+    pq.write_table(pa.table({"a": [1.0, 2.0, 3.0], "label": pa.array([1, 0, None])}), tmp_path / "m.parquet")
+    with pytest.raises(ValueError, match=re.escape("m.parquet (partition 0): row 2: label column 'label' is "
+                                                   "missing")):
+        Dataset.open(tmp_path / "m.parquet")
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda df: df.drop(columns="b"), "column 'b' is missing"),
     (lambda df: df.assign(b=df["b"].astype(str)), "column 'b' has type (large_)?string, expected number"),

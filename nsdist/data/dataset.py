@@ -168,8 +168,11 @@ class Dataset:
         ValueError
             If nothing is found (:class:`~nsdist.data.fs.DataNotFoundError`, naming
             the URL), a file is not readable Parquet, a file's schema differs from
-            the first one, or the feature layout cannot be worked out (naming the
-            file and column).
+            the first one, the feature layout cannot be worked out (naming the
+            file and column), or a footer's statistics count a missing (null) value
+            in a feature column or the label: then the first such partition is
+            read, and its read's error names the row and column (a null is found
+            when the dataset is opened, not when a job reaches its file).
         """
         fs, path = resolve(url, storage_options)
         root, files = _discover(fs, path, str(url))
@@ -181,7 +184,7 @@ class Dataset:
                                      positive=positive, label_names=_label_range(footers[0][2], label_column,
                                                                                  (str,)) or ())
         partitions: list[PartitionInfo] = []
-        offset = 0
+        offset, with_nulls = 0, None
         for (p, size), (num_rows, file_schema, file_meta) in zip(files, footers):
             schema.check(file_schema, display(fs, p))
             if num_rows == 0:
@@ -197,6 +200,8 @@ class Dataset:
                     None if schema.positive else _label_range(file_meta, schema.label, groups=span),
                     _value_count(file_meta, "indices", span) if schema.layout == "sparse" else None,
                     groups, file_row))
+                if with_nulls is None and _holds_nulls(file_meta, schema.read_columns, span):
+                    with_nulls = len(partitions) - 1
                 offset += rows
         if not partitions:
             raise ValueError(f"{url}: every Parquet file is empty ({len(files)} files)")
@@ -211,7 +216,10 @@ class Dataset:
                    "feature_names": names_to_json(schema.names), "n_features": schema.n_features,
                    "num_rows": offset, "num_partitions": len(partitions), "fingerprint": fingerprint,
                    "feature_dtype": _native_dtype(footers[0][1], schema)}
-        return cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
+        ds = cls(str(url), fs, tuple(partitions), schema, {**stored, **derived}, fingerprint)
+        if with_nulls is not None:        # found now, not hours into a job: the error its read raises, row named
+            ds.read_partition(with_nulls)
+        return ds
 
     @staticmethod
     def positive_values(positive: LabelValues) -> tuple[str, ...] | None:
@@ -594,6 +602,23 @@ def _value_count(metadata: pq.FileMetaData, column: str, groups: tuple[int, int]
     partition's non-zeros."""
     k = next(k for k in range(metadata.num_columns) if metadata.schema.column(k).path.split(".")[0] == column)
     return int(sum(metadata.row_group(r).column(k).num_values for r in range(*groups)))
+
+
+def _holds_nulls(metadata: pq.FileMetaData, columns: Sequence[str], groups: tuple[int, int]) -> bool:
+    """Whether the footer's statistics count a missing (null) value of ``columns`` in the row groups
+    ``range(*groups)``.  Only columns of one value a row are counted: a list column's count (the sparse
+    layout's) adds up its empty lists, which are rows without non-zeros, not nulls.  A column chunk without
+    a null count counts none.  Either way the read still checks every row (docs/engine.md §Dataset format)."""
+    wanted = set(columns)
+    for k in range(metadata.num_columns):
+        column = metadata.schema.column(k)
+        if column.path not in wanted or column.max_repetition_level:
+            continue
+        for r in range(*groups):
+            st = metadata.row_group(r).column(k).statistics
+            if st is not None and st.has_null_count and st.null_count:
+                return True
+    return False
 
 
 def _label_range(metadata: pq.FileMetaData, label: str, kinds: tuple = (bool, int, float), *,
