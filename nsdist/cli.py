@@ -3,7 +3,10 @@
 Every subcommand exits 0 on success and, on any error, non-zero with a
 one-line reason on stderr (``--debug`` shows the traceback instead):
 1 for a failed run, 2 for a bad command line or job file, 130 when
-interrupted (and ``retrain`` 75 when the model registry is locked, see
+interrupted (Ctrl-C), 143 when terminated (SIGTERM: a scheduler's time limit, a
+container stopping; it unwinds as Ctrl-C does, so a staging directory is removed
+and an embedded cluster closed on the way out, see :func:`terminate_as_interrupt`)
+(and ``retrain`` 75 when the model registry is locked, see
 :mod:`nsdist.retrain`).  This module parses arguments, validates them and
 reports; what the commands run lives in :mod:`nsdist.run`
 (:func:`~nsdist.run.run_train`, :func:`~nsdist.run.run_predict`).  It imports
@@ -17,8 +20,10 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
@@ -451,12 +456,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .jobs import JobError
 
     try:
-        with _quiet_dask_workers(not verbose), _warnings_as_lines(args.command, verbose):
+        with terminate_as_interrupt(), _quiet_dask_workers(not verbose), _warnings_as_lines(args.command, verbose):
             return args.run(args)
-    except KeyboardInterrupt:
-        print("nsdist: interrupted (a streamed training run continues with --resume; one that fits in memory, "
-              "such as K-fold selection, is run again)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"nsdist: {how}; nothing half-written is left (a streamed training run continues with --resume; one "
+              "that fits in memory, such as K-fold selection, is run again)", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except JobError as exc:
         if args.debug:
             raise
@@ -471,6 +477,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = _speak_cli(_one_line(exc), _cli_names(parser, args.command))
         print(scrub(f"nsdist {args.command}: error: {text}"), file=sys.stderr)
         return 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises :class:`KeyboardInterrupt` (see
+    :func:`terminate_as_interrupt`)."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread, as Ctrl-C raises
+    :class:`KeyboardInterrupt`, instead of ending the process on the spot: the command unwinds, so its staging
+    directory is removed (:func:`~nsdist.data.fs.staging_directory`), its embedded cluster's worker processes
+    are closed and a checkpoint already written stays for ``--resume``.  A second SIGTERM ends the process at
+    once (the default action is back once the first is raised).  Outside the main thread (a command run from
+    another thread) signals cannot be caught, and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -452,6 +452,75 @@ def test_driver_sigkilled_mid_run_resumes_to_the_identical_model(killed_run, uni
         in (out / "run.log").read_text()
 
 
+@pytest.fixture(scope="module")
+def terminated_run(shared_cluster, letter_20, tmp_path_factory) -> dict:
+    """``nsdist train`` sent SIGTERM (a scheduler's time limit, a container stopping) once its checkpoint has
+    passed partition step 8."""
+    out = tmp_path_factory.mktemp("terminated") / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", letter_20, *map(str, TRAIN), "--out", str(out)],
+                            cwd=REPO, env={**os.environ, **shared_cluster}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while (ck := read_checkpoint(out / "checkpoint.json")) is None or ck["position"] < 8:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    return {"out": out, "status": proc.returncode, "stderr": stderr, "checkpoint": read_checkpoint(out / "checkpoint.json")}
+
+
+def test_driver_sent_sigterm_mid_run_exits_143_and_resumes_to_the_identical_model(terminated_run, uninterrupted,
+                                                                                   shared_cluster):
+    """SIGTERM unwinds the run as Ctrl-C does: exit 143 with one line saying so (not death by the signal, -15),
+    no model or metrics written, the checkpoint kept; ``--resume`` then writes the uninterrupted run's model,
+    bit for bit."""
+    out, ck = terminated_run["out"], terminated_run["checkpoint"]
+    assert terminated_run["status"] == 143, terminated_run["stderr"]
+    assert "nsdist: terminated (SIGTERM); nothing half-written is left" in terminated_run["stderr"]
+    assert "Traceback" not in terminated_run["stderr"]
+    assert 8 <= ck["position"] < ck["n_steps"] == 80
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+    proc = nsdist_cli("train", out / "job.yaml", "--resume", env=shared_cluster)
+    assert proc.returncode == 0, proc.stderr
+    resumed, full = load_model(str(out / "model")), load_model(str(uninterrupted / "model"))
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
+
+
+def test_ingest_sent_sigterm_midway_leaves_the_previous_dataset_and_no_staging_directory(tmp_path):
+    """``nsdist ingest --overwrite`` of a 1.2-million-row CSV over a dataset, sent SIGTERM once its hidden
+    staging directory exists: it exits 143, removes the staging directory on the way out (the process used to
+    die on the signal and leave it), and the previous dataset is byte for byte as it was."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    rng = np.random.default_rng(3)
+    n = 1_200_000
+    columns = {f"f{j}": rng.normal(size=n).round(6) for j in range(8)}
+    pacsv.write_csv(pa.table({"label": np.where(rng.random(n) < 0.05, 1, -1), **columns}), tmp_path / "big.csv")
+    small = tmp_path / "small.csv"
+    small.write_text("label,f0,f1,f2,f3,f4,f5,f6,f7\n" + "".join(f"{1 if i % 3 == 0 else -1},{i},1,2,3,4,5,6,7\n"
+                                                               for i in range(300)))
+    dst = tmp_path / "data"
+    ingest = [sys.executable, "-m", "nsdist", "ingest"]
+    first = subprocess.run([*ingest, str(small), str(dst), "--no-progress"], cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = {p.relative_to(dst): p.read_bytes() for p in dst.rglob("*") if p.is_file()}
+    proc = subprocess.Popen([*ingest, str(tmp_path / "big.csv"), str(dst), "--overwrite", "--no-progress"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".data.tmp-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the ingest ended before it could be stopped"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "nsdist: terminated (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert {p.relative_to(dst): p.read_bytes() for p in dst.rglob("*") if p.is_file()} == before
+
+
 def _sha(run: Path) -> str:
     """The weights checksum recorded in a run's model.json."""
     return json.loads((run / "model" / "model.json").read_text())["weights"]["sha256"]
