@@ -410,19 +410,35 @@ def read_checkpoint(path: Path) -> dict | None:
         return None
 
 
+def stopped_run(letter_20: str, env: dict, out: Path, how: signal.Signals) -> tuple[int, str]:
+    """Run ``nsdist train`` into ``out`` and send it ``how`` once its checkpoint has passed partition step 8;
+    its exit status and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", letter_20, *map(str, TRAIN), "--out", str(out)],
+                            cwd=REPO, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 240
+    while (ck := read_checkpoint(out / "checkpoint.json")) is None or ck["position"] < 8:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.005)
+    proc.send_signal(how)
+    _, stderr = proc.communicate(timeout=60)
+    return proc.returncode, stderr
+
+
+def assert_resumes_to(out: Path, uninterrupted: Path, env: dict) -> None:
+    """``nsdist train <out>/job.yaml --resume`` writes the uninterrupted run's model, bit for bit."""
+    proc = nsdist_cli("train", out / "job.yaml", "--resume", env=env)
+    assert proc.returncode == 0, proc.stderr
+    resumed, full = load_model(str(out / "model")), load_model(str(uninterrupted / "model"))
+    np.testing.assert_array_equal(resumed.coef, full.coef)
+    assert resumed.intercept == full.intercept
+
+
 @pytest.fixture(scope="module")
 def killed_run(shared_cluster, letter_20, tmp_path_factory) -> dict:
     """``nsdist train`` SIGKILLed once its checkpoint has passed partition step 8."""
     out = tmp_path_factory.mktemp("killed") / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", letter_20, *map(str, TRAIN), "--out", str(out)],
-                            cwd=REPO, env={**os.environ, **shared_cluster},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while (ck := read_checkpoint(out / "checkpoint.json")) is None or ck["position"] < 8:
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    status = proc.wait(timeout=30)
+    status, _ = stopped_run(letter_20, shared_cluster, out, signal.SIGKILL)
     snapshot = out.parent / "checkpoint-at-kill.json"
     shutil.copy(out / "checkpoint.json", snapshot)
     return {"out": out, "status": status, "checkpoint": read_checkpoint(snapshot), "snapshot": snapshot}
@@ -438,12 +454,7 @@ def test_driver_sigkilled_mid_run_resumes_to_the_identical_model(killed_run, uni
     assert killed_run["status"] == -signal.SIGKILL
     assert 8 <= ck["position"] < ck["n_steps"] == 80
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
-
-    proc = nsdist_cli("train", out / "job.yaml", "--resume", env=shared_cluster)
-    assert proc.returncode == 0, proc.stderr
-    resumed, full = load_model(str(out / "model")), load_model(str(uninterrupted / "model"))
-    np.testing.assert_array_equal(resumed.coef, full.coef)
-    assert resumed.intercept == full.intercept
+    assert_resumes_to(out, uninterrupted, shared_cluster)
     assert _sha(out) == _sha(uninterrupted)
     done, expected = (json.loads((d / "metrics.json").read_text()) for d in (out, uninterrupted))
     assert done["evaluation"] == expected["evaluation"]
@@ -457,16 +468,8 @@ def terminated_run(shared_cluster, letter_20, tmp_path_factory) -> dict:
     """``nsdist train`` sent SIGTERM (a scheduler's time limit, a container stopping) once its checkpoint has
     passed partition step 8."""
     out = tmp_path_factory.mktemp("terminated") / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "nsdist", "train", letter_20, *map(str, TRAIN), "--out", str(out)],
-                            cwd=REPO, env={**os.environ, **shared_cluster}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    while (ck := read_checkpoint(out / "checkpoint.json")) is None or ck["position"] < 8:
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    return {"out": out, "status": proc.returncode, "stderr": stderr, "checkpoint": read_checkpoint(out / "checkpoint.json")}
+    status, stderr = stopped_run(letter_20, shared_cluster, out, signal.SIGTERM)
+    return {"out": out, "status": status, "stderr": stderr, "checkpoint": read_checkpoint(out / "checkpoint.json")}
 
 
 def test_driver_sent_sigterm_mid_run_exits_143_and_resumes_to_the_identical_model(terminated_run, uninterrupted,
@@ -480,11 +483,7 @@ def test_driver_sent_sigterm_mid_run_exits_143_and_resumes_to_the_identical_mode
     assert "Traceback" not in terminated_run["stderr"]
     assert 8 <= ck["position"] < ck["n_steps"] == 80
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
-    proc = nsdist_cli("train", out / "job.yaml", "--resume", env=shared_cluster)
-    assert proc.returncode == 0, proc.stderr
-    resumed, full = load_model(str(out / "model")), load_model(str(uninterrupted / "model"))
-    np.testing.assert_array_equal(resumed.coef, full.coef)
-    assert resumed.intercept == full.intercept
+    assert_resumes_to(out, uninterrupted, shared_cluster)
 
 
 def test_ingest_sent_sigterm_midway_leaves_the_previous_dataset_and_no_staging_directory(tmp_path):
