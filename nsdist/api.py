@@ -53,21 +53,26 @@ log = logging.getLogger("nsdist")
 
 
 def open_dataset(dataset: str | Dataset, *, label_column: str = "label", feature_columns=None,
-                 storage_options: dict | None = None, positive=None) -> Dataset:
-    """A :class:`~nsdist.data.Dataset` from a URL (or the dataset itself; ``positive``, if given, must then be
-    the one it was opened with)."""
+                 storage_options: dict | None = None, positive=None, drop=()) -> Dataset:
+    """A :class:`~nsdist.data.Dataset` from a URL (or the dataset itself; ``positive`` or ``drop``, if given,
+    must then be what it was opened with).  ``drop``: columns that are neither features nor the label (an id,
+    a timestamp), left out of every other column (:meth:`~nsdist.data.columns.FeatureSchema.infer`)."""
     if isinstance(dataset, Dataset):
         if positive is not None and dataset.schema.positive != Dataset.positive_values(positive):
             raise ValueError(f"{dataset.url}: opened with positive={dataset.schema.positive}, not "
                              f"positive={positive!r}: pass the URL, or open it with that positive=")
+        kept = [c for c in drop if c in dataset.schema.read_columns]
+        if kept:
+            raise ValueError(f"{dataset.url}: opened with {kept[0]!r} as a column it reads, not dropped: pass the "
+                             "URL, or open it with drop=")
         return dataset
     return Dataset.open(dataset, label_column=label_column, feature_columns=feature_columns,
-                        storage_options=storage_options, positive=positive)
+                        storage_options=storage_options, positive=positive, drop=drop)
 
 
 @on_one_blas_thread
 def train(dataset: str | Dataset, *, client=None, label_column: str = "label", feature_columns=None,
-          positive=None, storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
+          drop=(), positive=None, storage_options: dict | None = None, prefetch: int = 2, checkpoint: str | None = None,
           checkpoint_options: dict | None = None,
           checkpoint_every: int = 10, checkpoint_seconds: float = 60.0, resume: bool = False,
           validation: tuple[np.ndarray, np.ndarray] | None = None,
@@ -88,8 +93,9 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         Parquet dataset URL (directory, glob, ``file://``, ``s3://``, ``memory://`` ...).
     client : None, str or distributed.Client
         Where to run (see :func:`nsdist.engine.cluster.connect`).
-    label_column, feature_columns, storage_options :
-        How to read the dataset (``feature_columns=None``: every other column).
+    label_column, feature_columns, drop, storage_options :
+        How to read the dataset (``feature_columns=None``: every other column, but the ``drop`` columns: an
+        id, a timestamp, neither features nor the label).
     positive : str, number, sequence of them, optional
         The label value(s) of the positive class as stored in the label
         column (class names: ``positive="fraud"``); every other label is
@@ -177,7 +183,7 @@ def train(dataset: str | Dataset, *, client=None, label_column: str = "label", f
         raise ValueError("validation_folds > 1 (K-fold selection) reads the data onto the driver and selects on "
                          "its own folds: not with validation=, n_chains > 1 or init_model=")
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
-                      storage_options=storage_options, positive=positive)
+                      storage_options=storage_options, positive=positive, drop=drop)
     if monitor is not None:
         monitor = _monitor_rows(monitor, ds, cfg)
     if init_model is not None:
@@ -601,7 +607,7 @@ def _train_in_memory(c, cfg: TrainConfig, ds: Dataset, dtype: str, on_step=None,
 
 
 def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, label_column: str = "label",
-             feature_columns=None, storage_options: dict | None = None, threshold: float = 0.0,
+             feature_columns=None, drop=(), storage_options: dict | None = None, threshold: float = 0.0,
              positive=None, format: str | None = None) -> dict:
     """Every measure of docs/measures.md of ``model`` on ``dataset``, exact and out of core.
 
@@ -609,7 +615,7 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     rows (``.csv``, optionally compressed), scored in this process (a CSV's columns as ``nsdist predict``
     reads them, docs/engine.md §Evaluation).  ``format``: ``"svmlight"``, ``"csv"`` or ``"parquet"`` for a
     name that does not tell it (None: from the name, as ingest tells it).  ``positive``: the label value(s) of
-    the positive class, as in :func:`train`.
+    the positive class, ``drop``: columns that are neither features nor the label, as in :func:`train`.
 
     Returns a dict with ``auc``, ``partial_auc`` (at the model's ``beta``, else
     0.1), ``precision_at_k`` (at the model's ``k``, else the positive rate),
@@ -625,9 +631,9 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     if kind is not None:        # a file scored here (a Parquet dataset is opened once, below)
         score = evaluate_sparse_input if kind == "svmlight" else evaluate_table_input
         return score(model, dataset, beta=beta or 0.1, k=k, threshold=threshold, label_column=label_column,
-                     storage_options=storage_options, positive=positive, format=format)
+                     storage_options=storage_options, positive=positive, format=format, drop=drop)
     ds = open_dataset(dataset, label_column=label_column, feature_columns=feature_columns,
-                      storage_options=storage_options, positive=positive)
+                      storage_options=storage_options, positive=positive, drop=drop)
     model.check_features(ds.feature_names, where=f"dataset {ds.url}")
     with connect(client) as c:
         check_partitions_fit(c, ds, np.float64)

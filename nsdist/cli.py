@@ -190,6 +190,9 @@ def _add_train(sub) -> None:
                    help="override a job key, e.g. solver.eta=2 (repeatable)")
     for option, key, metavar, text in TRAIN_OPTIONS:
         p.add_argument(option, metavar=metavar, dest=key, help=f"{text} [{key}]")
+    p.add_argument("--drop", action="append", metavar="COL", dest="dataset.drop",
+                   help="a column that is neither a feature nor the label (an id, a timestamp): left out of every "
+                   "other column (repeatable) [dataset.drop]")
     p.add_argument("--resume", action="store_true",
                    help="continue a killed streamed run from the checkpoint in the run directory (a job that fits "
                         "in memory -- K-fold selection, ftrl, psg, cp -- writes none: run it again instead)")
@@ -213,6 +216,9 @@ def _add_evaluate(sub) -> None:
     p.add_argument("model", help="model directory (or a run directory holding model/)")
     p.add_argument("dataset", help="Parquet dataset URL, an svmlight file or a .csv file (.gz/.bz2/.xz ok)")
     p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL",
+                   help="a column of DATASET that is neither a feature nor the label (an id, a timestamp): left out "
+                   "(repeatable)")
     p.add_argument("--positive", action="append", metavar="VALUE",
                    help="a label value of the positive class as stored (class names: --positive fraud; "
                         "repeatable); every other label is negative (default: labels are 1/-1, 1/0 or true/false)")
@@ -392,7 +398,7 @@ def train_job(args) -> TrainJob:
     """
     from .jobs import apply_overrides, default_run_dir, job_from_dict, load_job, parse_overrides, with_storage_options
 
-    options = [f"{key}={json.dumps(value)}" for _, key, _, _ in TRAIN_OPTIONS
+    options = [f"{key}={json.dumps(value)}" for key in [k for _, k, _, _ in TRAIN_OPTIONS] + ["dataset.drop"]
                if (value := getattr(args, key)) is not None]
     overrides = options + args.overrides
     storage = _storage(args)
@@ -409,7 +415,7 @@ def _cmd_evaluate(args) -> int:
     from .run import run_evaluate
 
     model_dir, result, out = run_evaluate(args.model, args.dataset, label_column=args.label_column,
-                                          positive=args.positive, threshold=args.threshold, format=args.format,
+                                          drop=args.drop, positive=args.positive, threshold=args.threshold, format=args.format,
                                           storage_options=_storage(args) or None, scheduler=args.scheduler,
                                           out=args.out)
     print(measures_table({model_dir: result}))
@@ -519,7 +525,7 @@ def _one_line(exc: BaseException) -> str:
 
 #: API keyword -> job key, for messages of ``train`` and ``retrain`` (``pass label_column=`` ...)
 _JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset.feature_columns",
-             "positive": "dataset.positive",
+             "positive": "dataset.positive", "drop": "dataset.drop",
              "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
              "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
              "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",

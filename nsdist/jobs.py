@@ -92,6 +92,8 @@ class DatasetSpec(_Section):
         None, description="label value(s) of the positive class as stored, e.g. fraud for class names; every "
                           "other label is negative (None: labels are 1/-1, 1/0 or true/false)")
     feature_columns: list[str] | None = Field(None, description="None: every other column")
+    drop: list[str] = Field(default_factory=list, description="columns that are neither features nor the label "
+                            "(an id, a timestamp): left out of every other column")
     storage_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options (credentials, "
                                             "endpoint ...) for url, test_url and the raw files to ingest; merged "
                                             "over the job's top-level storage_options")
@@ -107,7 +109,7 @@ class DatasetSpec(_Section):
         """How to read the datasets: the keyword arguments of :func:`nsdist.api.open_dataset` besides the URL
         and its storage options."""
         return {"label_column": self.label_column, "feature_columns": self.feature_columns,
-                "positive": self.positive}
+                "positive": self.positive, "drop": list(self.drop)}
 
     @model_validator(mode="after")
     def _one_test_source(self) -> "DatasetSpec":

@@ -460,9 +460,9 @@ def _check_source(src: str, options: dict, storage_options: dict | None) -> None
 
 
 # ------------------------------------------------------------- evaluate and predict
-def run_evaluate(model: str, dataset: str, *, label_column: str = "label", positive=None, threshold: float = 0.0,
-                 format: str | None = None, storage_options: dict | None = None, scheduler: str | None = None,
-                 out: str | None = None) -> tuple[str, dict, str]:
+def run_evaluate(model: str, dataset: str, *, label_column: str = "label", drop: Sequence[str] = (), positive=None,
+                 threshold: float = 0.0, format: str | None = None, storage_options: dict | None = None,
+                 scheduler: str | None = None, out: str | None = None) -> tuple[str, dict, str]:
     """``nsdist evaluate``: every measure of the model at ``model`` (a model or run directory) on ``dataset``
     (:func:`nsdist.evaluate`: an svmlight or CSV file scored in this process, a Parquet dataset on the cluster
     at ``scheduler``, else an embedded one, its dashboard announced), written as JSON to ``out`` (default:
@@ -477,9 +477,9 @@ def run_evaluate(model: str, dataset: str, *, label_column: str = "label", posit
     loaded = api.load_model(where, storage_options)
     how = dict(threshold=threshold, storage_options=storage_options, positive=positive)
     if file_input_format(dataset, storage_options, format):     # scored here, chunk by chunk: no cluster
-        result = api.evaluate(loaded, dataset, label_column=label_column, format=format, **how)
+        result = api.evaluate(loaded, dataset, label_column=label_column, format=format, drop=drop, **how)
     else:
-        data = api.open_dataset(dataset, label_column=label_column,   # fails before a cluster starts
+        data = api.open_dataset(dataset, label_column=label_column, drop=drop,   # fails before a cluster starts
                                 storage_options=storage_options, positive=positive)
         with connect(scheduler) as client:
             announce(client)

@@ -349,6 +349,37 @@ def test_a_null_in_the_last_file_stops_the_job_before_its_first_step(rows, clust
     assert not (tmp_path / "run").exists()
 
 
+def test_parquet_with_an_id_and_a_timestamp_trains_and_evaluates_with_drop(rows, cluster, env, tmp_path):
+    """Letter's rows as users keep them: a transaction id and a text timestamp beside the features.  ``drop``
+    leaves both out, so ``nsdist.train`` gives the model of ``feature_columns=`` naming the 16 features, bit for
+    bit; ``nsdist train --drop`` records the key in its job file and ``nsdist evaluate --drop`` measures the
+    model on the same files; without it the timestamp is refused, naming it."""
+    X, y = rows
+    root = tmp_path / "users"
+    root.mkdir()
+    for i, a in enumerate(range(0, len(y), 500)):
+        pq.write_table(pa.table({"txn": np.arange(a, a + 500), "when": [f"t{j}" for j in range(a, a + 500)],
+                                 **{f: X[a:a + 500, j] for j, f in enumerate(FEATURES)}, "label": y[a:a + 500]}),
+                       root / f"part-{i:05d}.parquet")
+    dropped = train(str(root), client=cluster, drop=["txn", "when"], **TRAIN)
+    named = train(str(root), client=cluster, feature_columns=FEATURES, **TRAIN)
+    assert list(dropped.feature_names) == FEATURES
+    np.testing.assert_array_equal(dropped.coef, named.coef)
+    assert dropped.intercept == named.intercept
+    with pytest.raises(ValueError, match="'when'"):
+        train(str(root), client=cluster, **TRAIN)
+    proc = nsdist_cli("train", root, "--out", tmp_path / "run", "--drop", "txn", "--drop", "when", *TRAIN_ARGS,
+                      env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "- txn" in (tmp_path / "run" / "job.yaml").read_text()
+    proc = nsdist_cli("evaluate", tmp_path / "run", root, "--drop", "txn", "--drop", "when", "--out",
+                      tmp_path / "ev.json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads((tmp_path / "ev.json").read_text())
+    expected = evaluate(load_model(str(tmp_path / "run" / "model")), str(root), client=cluster, drop=["txn", "when"])
+    assert measured["auc"] == expected["auc"] and measured["n_rows"] == len(y)
+
+
 def _plain_parquet(root: Path, X: np.ndarray, y: np.ndarray) -> str:
     """Files whose size depends only on the number of rows (no compression, dictionary, statistics)."""
     root.mkdir()

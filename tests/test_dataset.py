@@ -258,6 +258,41 @@ def test_null_feature_and_bad_labels(tmp_path):
         Dataset.open(tmp_path / "l.parquet", label_column="y")
 
 
+def test_drop_leaves_an_id_and_a_timestamp_out_of_every_other_column(tmp_path):
+    """Files as users have them: an integer id (which would otherwise be taken for a feature), a text timestamp
+    (which would otherwise be refused), two features and the label.  ``drop`` leaves both out: the same schema as
+    ``feature_columns=["a", "b"]``, every file may hold them, and the rows read are the features'.  A sparse file
+    with an id beside ``indices``/``values`` is the sparse layout once the id is dropped.  A name that is no
+    column, ``drop`` beside ``feature_columns``, and dropping the label are refused, naming them."""
+    root = tmp_path / "users"
+    root.mkdir()
+    for i in range(2):
+        df = _frame(50, RNG.choice([0, 1], 50))
+        pq.write_table(pa.table({"id": np.arange(50) + 50 * i, "ts": [f"2026-12-0{i + 1}T10:{m:02d}" for m in
+                                                                       range(50)],
+                                 "a": df["a"], "b": df["b"], "label": df["label"]}), root / f"part-{i}.parquet")
+    with pytest.raises(ValueError, match="'ts'"):
+        Dataset.open(root)
+    assert Dataset.open(root, drop=["ts"]).feature_names == ["id", "a", "b"]      # an id is a number
+    ds = Dataset.open(root, drop=["id", "ts"])
+    named = Dataset.open(root, feature_columns=["a", "b"])
+    assert ds.feature_names == ["a", "b"] and ds.schema.read_columns == named.schema.read_columns
+    X, y = ds.read_partition(1)
+    np.testing.assert_array_equal(X, named.read_partition(1)[0])
+    np.testing.assert_array_equal(X[:, 0], pq.read_table(root / "part-1.parquet").column("a").to_numpy())
+    sparse = tmp_path / "sparse.parquet"
+    schema = pa.schema([("id", pa.int64()), ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64())),
+                        ("label", pa.int8())], metadata={b"nsdist": b'{"n_features": 10}'})
+    pq.write_table(pa.table({"id": [7, 8], "indices": [[0, 3], [1]], "values": [[1.0, 2.0], [0.5]],
+                             "label": [1, -1]}, schema=schema), sparse)
+    assert Dataset.open(sparse, drop=["id"]).is_sparse
+    for kwargs, message in (({"drop": ["idd"]}, "no column 'idd' to drop"),
+                            ({"drop": ["id"], "feature_columns": ["a"]}, "give feature_columns or drop, not both"),
+                            ({"drop": ["label", "ts"]}, "'label' is the label; it cannot be dropped")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            Dataset.open(root, **kwargs)
+
+
 def test_a_null_is_found_when_the_dataset_is_opened_not_when_its_file_is_read(tmp_path):
     """Four files, a null in the last one's feature ``b`` (row 123): the footers' statistics count it, so opening
     the dataset raises the error reading that file raises -- its partition, row and column -- before any row of

@@ -174,7 +174,7 @@ class FeatureSchema:
     def infer(cls, schema: pa.Schema, *, label_column: str = "label",
               feature_columns: str | Sequence[str] | None = None, metadata: dict | None = None,
               where: str = "", positive: LabelValues = None,
-              label_names: Sequence[str] = ()) -> FeatureSchema:
+              label_names: Sequence[str] = (), drop: Sequence[str] = ()) -> FeatureSchema:
         """Work out the layout from one file's Arrow schema.
 
         Parameters
@@ -193,6 +193,10 @@ class FeatureSchema:
         label_names : sequence of str
             Some of the label column's values, for the message when it holds
             strings and ``positive`` is not given (the footer's statistics).
+        drop : sequence of str
+            Columns that are neither features nor the label (an id, a timestamp),
+            left out of what ``feature_columns=None`` infers from; every file may
+            hold them.  Each must be a column of the file.
 
         Raises
         ------
@@ -209,8 +213,17 @@ class FeatureSchema:
         if positive is None and _is_text(types[label_column]):
             raise class_names_error(where, label_column, label_names)
         positive = LabelRule.create(positive).positive
+        absent = [n for n in drop if n not in types]
+        if absent:
+            raise ValueError(f"{where}: no column {absent[0]!r} to drop; the columns are {schema.names}")
+        if drop and feature_columns is not None:
+            raise ValueError(f"{where}: give feature_columns or drop, not both (drop leaves columns out of "
+                             "every other column)")
+        if label_column in drop:
+            raise ValueError(f"{where}: column {label_column!r} is the label; it cannot be dropped")
         if feature_columns is None:
-            candidates = candidate_columns(schema, label_column)
+            every = candidate_columns(schema, label_column)
+            candidates = [n for n in every if n not in drop]
             listed = [n for n in candidates if _kind(types[n]).startswith(("list", "fixed"))]
             if set(_SPARSE) <= set(candidates) and len(candidates) == 2:
                 selected: Sequence[str] = _SPARSE
@@ -218,7 +231,7 @@ class FeatureSchema:
                 selected = candidates[0]
             else:
                 selected = candidates
-            all_columns: tuple[str, ...] | None = tuple(candidates)
+            all_columns: tuple[str, ...] | None = tuple(every)
         else:
             selected, all_columns = feature_columns, None
         recorded = metadata.get("label_column")          # the label ingest wrote, if it did

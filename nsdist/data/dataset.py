@@ -145,7 +145,8 @@ class Dataset:
     @classmethod
     def open(cls, url: str | os.PathLike, *, label_column: str = "label",
              feature_columns: str | Sequence[str] | None = None,
-             storage_options: Mapping[str, Any] | None = None, positive: LabelValues = None) -> Dataset:
+             storage_options: Mapping[str, Any] | None = None, positive: LabelValues = None,
+             drop: Sequence[str] = ()) -> Dataset:
         """Open a dataset from a file, directory or glob at a local path or fsspec URL.
 
         Parameters
@@ -162,6 +163,9 @@ class Dataset:
             The label value(s) of the positive class, read as it is stored
             (``positive="fraud"``, ``positive=[7, 8]``): every other label is
             negative (docs/measures.md §Labels).
+        drop : sequence of str
+            Columns that are neither features nor the label (an id, a timestamp):
+            left out of every other column (``feature_columns=None``).
 
         Raises
         ------
@@ -182,7 +186,7 @@ class Dataset:
         schema = FeatureSchema.infer(footers[0][1], label_column=label_column,
                                      feature_columns=feature_columns, metadata=stored, where=first,
                                      positive=positive, label_names=_label_range(footers[0][2], label_column,
-                                                                                 (str,)) or ())
+                                                                                 (str,)) or (), drop=drop)
         partitions: list[PartitionInfo] = []
         offset, with_nulls = 0, None
         for (p, size), (num_rows, file_schema, file_meta) in zip(files, footers):

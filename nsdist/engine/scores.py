@@ -13,7 +13,7 @@ thread, as the cluster's tasks compute them: :mod:`nsdist._threads`).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,12 +51,12 @@ def evaluate_scores(y: np.ndarray, s: np.ndarray, *, beta: float = 0.1, k: int |
 def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
                           threshold: float = 0.0, label_column: str = "label",
                           storage_options: Mapping[str, Any] | None = None, positive=None,
-                          format: str | None = None) -> dict:
+                          format: str | None = None, drop: Sequence[str] = ()) -> dict:
     """Every measure of ``model`` (a :class:`~nsdist.model.LinearModel`) on an svmlight file or a
-    sparse Parquet dataset, scored in this process as CSR (``positive``, ``format``:
+    sparse Parquet dataset, scored in this process as CSR (``positive``, ``format``, ``drop``:
     :func:`nsdist.data.scoring.sparse_rows`)."""
     ys, ss = [], []
-    for copied, X in sparse_rows(src, model.n_features, label_column=label_column,
+    for copied, X in sparse_rows(src, model.n_features, label_column=label_column, drop=drop,
                                  storage_options=storage_options, positive=positive, format=format):
         ys.append(copied.column(label_column).to_numpy())
         ss.append(model.decision_function(X) if X.shape[0] else np.zeros(0))
@@ -69,18 +69,19 @@ def evaluate_sparse_input(model, src: str, *, beta: float = 0.1, k: int | float 
 def evaluate_table_input(model, src: str, *, beta: float = 0.1, k: int | float | None = None,
                          threshold: float = 0.0, label_column: str = "label",
                          storage_options: Mapping[str, Any] | None = None, positive=None,
-                         format: str | None = None) -> dict:
+                         format: str | None = None, drop: Sequence[str] = ()) -> dict:
     """Every measure of ``model`` on a CSV file (or a dense Parquet input) of raw rows, scored in this process
-    (:func:`nsdist.data.scoring.table_rows`: one-hot columns encoded as ingest encoded them); its labels read as
-    ingest reads them (``positive``: the positive label value(s), else 1/-1, 1/0 or true/false)."""
+    (:func:`nsdist.data.scoring.table_rows`: one-hot columns encoded as ingest encoded them, the ``drop``
+    columns left out); its labels read as ingest reads them (``positive``: the positive label value(s), else
+    1/-1, 1/0 or true/false)."""
     import pyarrow as pa
 
     from ..data.labels import LabelRule, clean_strings
 
     rule = LabelRule.create(positive)
     ys, ss, rows = [], [], 0
-    for copied, scores in table_rows(model, src, label_column=label_column, storage_options=storage_options,
-                                     format=format):
+    for copied, scores in table_rows(model, src, label_column=label_column, drop=drop,
+                                     storage_options=storage_options, format=format):
         if label_column not in copied.column_names:
             raise ValueError(f"{src} has no label column {label_column!r} to evaluate against (label_column=)")
         labels = clean_strings(copied.column(label_column).combine_chunks().cast(pa.string()))
