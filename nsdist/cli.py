@@ -415,9 +415,9 @@ def _cmd_evaluate(args) -> int:
     from .run import run_evaluate
 
     model_dir, result, out = run_evaluate(args.model, args.dataset, label_column=args.label_column,
-                                          drop=args.drop, positive=args.positive, threshold=args.threshold, format=args.format,
-                                          storage_options=_storage(args) or None, scheduler=args.scheduler,
-                                          out=args.out)
+                                          drop=args.drop, positive=args.positive, threshold=args.threshold,
+                                          format=args.format, storage_options=_storage(args) or None,
+                                          scheduler=args.scheduler, out=args.out)
     print(measures_table({model_dir: result}))
     print(f"\n{plural(result['n_rows'], 'row')}, {plural(result['n_positives'], 'positive')}; written to {out}")
     return 0
