@@ -489,7 +489,8 @@ def test_driver_sent_sigterm_mid_run_exits_143_and_resumes_to_the_identical_mode
 def test_ingest_sent_sigterm_midway_leaves_the_previous_dataset_and_no_staging_directory(tmp_path):
     """``nsdist ingest --overwrite`` of a 1.2-million-row CSV over a dataset, sent SIGTERM once its hidden
     staging directory exists: it exits 143, removes the staging directory on the way out (the process used to
-    die on the signal and leave it), and the previous dataset is byte for byte as it was."""
+    die on the signal and leave it), and the previous dataset is byte for byte as it was.  What a SIGKILL
+    would leave (a staging directory, a moved-aside previous output) is named by the next run, and kept."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -518,6 +519,16 @@ def test_ingest_sent_sigterm_midway_leaves_the_previous_dataset_and_no_staging_d
     assert "nsdist: terminated (SIGTERM)" in stderr and "Traceback" not in stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert {p.relative_to(dst): p.read_bytes() for p in dst.rglob("*") if p.is_file()} == before
+    # what SIGKILL leaves (no unwinding) is named by the next run into the same place, and left alone
+    (tmp_path / ".data.tmp-0123456789ab").mkdir()
+    (tmp_path / ".data.old-0123456789ab").mkdir()            # killed between its two renames
+    again = subprocess.run([*ingest, str(small), str(dst), "--overwrite", "--no-progress"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "left beside it by a killed run, which could not clean up: .data.tmp-0123456789ab" in again.stderr
+    assert "the previous output, moved aside by a run killed while replacing it: .data.old-0123456789ab" \
+        in again.stderr
+    assert (tmp_path / ".data.tmp-0123456789ab").is_dir() and (tmp_path / ".data.old-0123456789ab").is_dir()
 
 
 def _sha(run: Path) -> str:

@@ -234,6 +234,22 @@ def test_a_failed_ingest_to_s3_leaves_nothing_behind(s3, local, opts):
     assert not s3.filesystem().exists(f"{s3.bucket}/bad")
 
 
+def test_what_a_killed_run_left_beside_an_s3_dataset_is_named_by_the_next_run(s3, local, opts):
+    """A staging prefix of a killed ingest (``.left.tmp-TOKEN/``, as SIGKILL leaves it) beside an S3 dataset: the
+    next ingest into it warns, naming the prefix, and leaves it alone (another run could be writing there);
+    the run after a clean one says nothing."""
+    good = local / "few.csv"
+    good.write_text("\n".join(LETTER.read_text().splitlines()[:600]) + "\n")
+    args = ("--format", "csv", "--label-column", 0, "--positive", "N", "--storage-options", opts, "--overwrite")
+    fs = s3.filesystem()
+    fs.pipe_file(f"{s3.bucket}/.left.tmp-0123456789ab/part-00000.parquet", b"half a file")
+    warned = nsdist("ingest", good, s3.url("left"), *args).stderr
+    assert "left beside it by a killed run, which could not clean up: .left.tmp-0123456789ab" in warned, warned
+    assert fs.exists(f"{s3.bucket}/.left.tmp-0123456789ab/part-00000.parquet")
+    fs.rm(f"{s3.bucket}/.left.tmp-0123456789ab", recursive=True)
+    assert "killed run" not in nsdist("ingest", good, s3.url("left"), *args).stderr
+
+
 def test_an_unfinished_in_place_ingest_is_refused_as_incomplete(s3, letter_url):
     fs = s3.filesystem()
     fs.pipe_file(f"{s3.bucket}/half/{INCOMPLETE}", b"{}")

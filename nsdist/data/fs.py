@@ -452,6 +452,7 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     FileExistsError
         If ``dst`` exists and ``overwrite`` is false.
     """
+    _warn_leftovers(fs, dst)
     if is_object_store(fs):
         with _publish_in_place(fs, dst, overwrite=overwrite) as where:
             yield where
@@ -478,6 +479,32 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     finally:
         if fs.exists(staging):
             fs.rm(staging, recursive=True)
+
+
+def _warn_leftovers(fs: AbstractFileSystem, dst: str) -> None:
+    """Warn of what killed runs left beside ``dst``: a staging directory or prefix (``.NAME.tmp-TOKEN``),
+    which nothing reads, and a moved-aside previous output (``.NAME.old-TOKEN``, local disks), which holds
+    the data when ``dst`` is gone.  A run that fails or is stopped (SIGTERM, Ctrl-C) removes its own; only
+    a killed process (SIGKILL, a lost machine) leaves one.  They are named, not removed: another run may be
+    writing one now.  Best effort: a listing that fails says nothing."""
+    import warnings
+
+    parent, name = posixpath.split(dst.rstrip("/"))
+    try:
+        fs.invalidate_cache(parent)
+        found = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(parent or ".", detail=False))
+    except Exception:
+        return
+    staged = [f for f in found if f.startswith(f".{name}.tmp-")]
+    aside = [f for f in found if f.startswith(f".{name}.old-")]
+    if staged:
+        warnings.warn(f"{display(fs, dst)}: left beside it by a killed run, which could not clean up: "
+                      f"{', '.join(staged)}; nothing reads it: remove it, unless another run is writing there now",
+                      UserWarning, stacklevel=4)
+    if aside:
+        missing = "" if fs.exists(dst) else f"; {display(fs, dst)} is missing: move it back"
+        warnings.warn(f"{display(fs, dst)}: the previous output, moved aside by a run killed while replacing it: "
+                      f"{', '.join(aside)}{missing}", UserWarning, stacklevel=4)
 
 
 @contextlib.contextmanager
