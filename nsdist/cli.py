@@ -141,6 +141,9 @@ def _add_ingest(sub) -> None:
                    help="a CSV or Parquet column to one-hot encode (repeatable)")
     p.add_argument("--feature-column", action="append", metavar="COL",
                    help="Parquet: a feature column (repeatable, in order; default: every column but the label)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL",
+                   help="CSV or Parquet: a column that is neither a feature nor the label (an id, a timestamp), "
+                   "left out, never parsed (repeatable; CSV: a name or 0-based index)")
     p.add_argument("--categories-of", metavar="DATASET",
                    help="CSV or Parquet: one-hot encode the columns a dataset ingested before encoded, with its "
                    "categories (a value it never saw: all zeros), so that a test set gets the training set's features")
@@ -353,7 +356,7 @@ def _cmd_ingest(args) -> int:
         "src": args.src, "format": args.format, "positive": args.positive, "negative": args.negative,
         "label_column": int(column) if column.lstrip("-").isdigit() else column,
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
-        "feature_columns": args.feature_column,
+        "feature_columns": args.feature_column, "drop": args.drop,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,
         "random_state": args.random_state, "dtype": args.dtype, "layout": args.layout}, "command line")
     options = {**spec.options(), **categories_of(args.categories_of, args.categorical, _storage(args) or None)}

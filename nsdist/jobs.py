@@ -67,6 +67,8 @@ class IngestSpec(_Section):
                                                "encode")
     feature_columns: list[str] | None = Field(None, description="Parquet: the feature columns, in order (None: every "
                                               "column but the label)")
+    drop: list[Union[str, int]] = Field(default_factory=list, description="CSV or Parquet: columns that are "
+                                        "neither features nor the label (an id, a timestamp), left out")
     header: bool | None = Field(None, description="CSV: whether the first line names the columns (None: detect)")
     n_features: int | None = Field(None, ge=1, description="svmlight: the dimension (None: the largest index)")
     rows_per_partition: int | None = Field(None, ge=1, description="rows per Parquet partition "

@@ -455,7 +455,7 @@ def _check_source(src: str, options: dict, storage_options: dict | None) -> None
     from .data.sources import open_source
 
     keys = ("format", "label_column", "positive", "negative", "categorical", "header", "n_features",
-            "feature_columns")
+            "feature_columns", "drop")
     open_source(src, **{k: v for k, v in options.items() if k in keys}, storage_options=storage_options)
 
 

@@ -326,6 +326,52 @@ def test_parquet_categorical_columns_are_one_hot_encoded_as_pandas_does(tmp_path
     np.testing.assert_array_equal(_read_all(sparse)[0], X)
 
 
+def test_drop_leaves_an_id_and_a_timestamp_out_of_a_csv_and_a_parquet_ingest(tmp_path, dask_client):
+    """The users' frames with a transaction id beside the timestamp: ``drop=["txn", "when"]`` ingests the rest --
+    the same dataset as ``feature_columns=`` naming the other columns, from Parquet (one-hot columns too) and
+    from the same rows as CSV (whose timestamp text would otherwise be refused), with the values pandas gives;
+    the CSV's provenance records what was dropped.  A name that is no column, the label, a categorical column,
+    and ``drop`` beside ``feature_columns`` are refused, naming them; svmlight has no columns to drop."""
+    rng = np.random.default_rng(8)
+    (tmp_path / "user").mkdir()
+    frames = [df.assign(txn=np.arange(len(df)) + 10_000 * k) for k, df in enumerate(_user_frames(rng))]
+    for k, df in enumerate(frames):
+        df.to_parquet(tmp_path / "user" / f"p{k}.parquet")
+    columns, cats = ["u", "country", "mcc", "channel", "v"], ["country", "mcc", "channel"]
+    common = dict(categorical=cats, shuffle=False, layout="dense", client=dask_client)
+    dropped = ingest(tmp_path / "user", tmp_path / "dropped", drop=["txn", "when"], **common)
+    named = ingest(tmp_path / "user", tmp_path / "named", feature_columns=columns, **common)
+    assert dropped.feature_names == named.feature_names
+    np.testing.assert_array_equal(_read_all(dropped)[0], _read_all(named)[0])
+    plain = ingest(tmp_path / "user", tmp_path / "plain", drop=["txn", "when", "country", "mcc", "channel"],
+                   shuffle=False, layout="dense", client=dask_client)
+    assert plain.feature_names == ["u", "v"]
+    df = pd.concat(frames, ignore_index=True)
+    df.assign(label=np.where(df["label"], 1, -1)).to_csv(tmp_path / "user.csv", index=False)
+    from_csv = ingest(tmp_path / "user.csv", tmp_path / "csv", drop=["txn", "when", "country", "channel"],
+                      categorical=["mcc"], shuffle=False, layout="dense", client=dask_client)
+    assert from_csv.feature_names == ["u", "mcc=5411", "mcc=7995", "v"]
+    X, y = _read_all(from_csv)
+    np.testing.assert_array_equal(X[:, [0, 3]], df[["u", "v"]].to_numpy())
+    np.testing.assert_array_equal(X[:, 1], (df["mcc"] == 5411).astype(float))
+    np.testing.assert_array_equal(y, np.where(df["label"], 1, -1))
+    assert from_csv.metadata["source"]["dropped"] == ["country", "channel", "when", "txn"]    # file order
+    for src, options, message in (
+            ("user.csv", {"drop": ["txm"]}, "column to drop 'txm' is not a column"),
+            ("user.csv", {"drop": ["label"]}, "column 'label' is the label"),
+            ("user.csv", {"drop": ["mcc", "when", "txn"], "categorical": ["mcc"]}, "both categorical and dropped"),
+            ("user", {"drop": ["txm"]}, "no column 'txm' to drop"),
+            ("user", {"drop": ["when"], "feature_columns": ["u"]}, "give feature_columns or drop, not both"),
+            ("user", {"drop": ["mcc", "when", "txn"], "categorical": ["mcc"]}, "column 'mcc' to drop: it is "
+                                                                                "categorical")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ingest(tmp_path / src, tmp_path / "refused", client=dask_client, **options)
+    (tmp_path / "rows.svm").write_text("1 1:0.5\n-1 2:1\n")
+    with pytest.raises(ValueError, match=r"\['drop'\] do not apply to svmlight input"):
+        ingest(tmp_path / "rows.svm", tmp_path / "refused", drop=["x"], client=dask_client)
+    assert not (tmp_path / "refused").exists()
+
+
 def test_parquet_categorical_input_errors_name_what_to_do(tmp_path, dask_client):
     """A column that is neither a number nor categorical: the error gives the ``feature_columns=`` that keeps the
     others, which then ingests; a null category names its partition and row; a categorical column that does not

@@ -96,7 +96,8 @@ class IngestProgress:
 def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None = None,
            label_column: int | str = "label", positive: LabelValues = None,
            negative: LabelValues = None, categorical: Categorical = (),
-           feature_columns: Sequence[str] | None = None, header: bool | None = None,
+           feature_columns: Sequence[str] | None = None, drop: Sequence[int | str] = (),
+           header: bool | None = None,
            n_features: int | None = None, rows_per_partition: int | None = None,
            chunk_rows: int = DEFAULT_CHUNK_ROWS, shuffle: bool = True, random_state: int = 0,
            dtype: str = "float64", layout: str = "auto", overwrite: bool = False,
@@ -137,6 +138,9 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
         Parquet: the feature columns, in order (the ``categorical`` ones among
         them or added); default every column but the label. Other columns
         (identifiers, timestamps) are left out.
+    drop : sequence of column names (CSV: or indices), optional
+        CSV or Parquet columns that are neither features nor the label (an id,
+        a timestamp): left out, never parsed (not with ``feature_columns``).
     header : bool, optional
         CSV: whether the first line names the columns. Default: it does iff
         none of its fields is a number.
@@ -222,7 +226,8 @@ def ingest(src: str | os.PathLike, dst: str | os.PathLike, *, format: str | None
     layout = check_layout(layout)
     source = open_source(src, format=format, label_column=label_column, positive=positive,
                          negative=negative, categorical=categorical, header=header,
-                         n_features=n_features, storage_options=storage_options, feature_columns=feature_columns)
+                         n_features=n_features, storage_options=storage_options, feature_columns=feature_columns,
+                         drop=drop)
     fs, out = resolve(dst, storage_options)
     check_absent(fs, out, overwrite=overwrite)
     with _dask_client(client) as dask, staging_directory(fs, out, overwrite=overwrite) as staging:

@@ -334,6 +334,9 @@ class CsvLayout:
         Indices of the categorical fields (sorted).
     header_line : int
         1-based line number of the header line, 0 if the file has none.
+    dropped : tuple of int
+        Indices of the fields that are neither features nor the label (an id, a
+        timestamp): never parsed.
     """
 
     source: str
@@ -341,12 +344,17 @@ class CsvLayout:
     label: int
     categorical: tuple[int, ...]
     header_line: int
+    dropped: tuple[int, ...] = ()
+
+    @property
+    def features(self) -> tuple[int, ...]:
+        """Indices of the feature fields (numeric and categorical), in file order."""
+        return tuple(j for j in range(len(self.names)) if j != self.label and j not in self.dropped)
 
     @property
     def numeric(self) -> tuple[int, ...]:
         """Indices of the numeric feature fields, in file order."""
-        skip = {self.label, *self.categorical}
-        return tuple(j for j in range(len(self.names)) if j not in skip)
+        return tuple(j for j in self.features if j not in self.categorical)
 
     def index(self, column: int | str) -> int:
         """Index of a column given by name or integer position (negative counts from the end)."""
@@ -354,7 +362,8 @@ class CsvLayout:
 
     @classmethod
     def detect(cls, fs: AbstractFileSystem, path: str, *, label_column: int | str = "label",
-               categorical: Sequence[int | str] = (), header: bool | None = None) -> CsvLayout:
+               categorical: Sequence[int | str] = (), header: bool | None = None,
+               drop: Sequence[int | str] = ()) -> CsvLayout:
         """Read the first non-blank line of a CSV file and resolve the column options.
 
         ``header=None`` detects a header line: the first line is a header iff
@@ -363,8 +372,9 @@ class CsvLayout:
         Raises
         ------
         ValueError
-            If the file has no lines, the header has duplicate names, the label
-            or a categorical column does not exist, or the label is categorical.
+            If the file has no lines, the header has duplicate names, the label, a
+            categorical or a ``drop`` column does not exist, the label is
+            categorical or dropped, or a column is both categorical and dropped.
         """
         source = display(fs, path)
         for block in text_blocks(fs, path, 1):
@@ -387,7 +397,12 @@ class CsvLayout:
         cats = sorted({_resolve_column(c, names, "categorical column", source) for c in categorical})
         if label in cats:
             raise ValueError(f"{source}: the label column {names[label]!r} cannot be categorical")
-        return cls(source, names, label, tuple(cats), first if header else 0)
+        dropped = sorted({_resolve_column(c, names, "column to drop", source) for c in drop})
+        for j in dropped:
+            if j == label or j in cats:
+                raise ValueError(f"{source}: column {names[j]!r} is the label" if j == label else
+                                 f"{source}: column {names[j]!r} is both categorical and dropped")
+        return cls(source, names, label, tuple(cats), first if header else 0, tuple(dropped))
 
 
 @dataclass(frozen=True)

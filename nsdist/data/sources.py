@@ -217,10 +217,11 @@ class CsvSource(TextFileSource):
     @property
     def feature_names(self) -> list[str]:
         names, layout = [], self.layout
-        for j, name in enumerate(layout.names):
+        for j in layout.features:
+            name = layout.names[j]
             if j in layout.categorical:
                 names += [f"{name}={value}" for value in self.categories[layout.categorical.index(j)]]
-            elif j != layout.label:
+            else:
                 names.append(name)
         return names
 
@@ -233,18 +234,19 @@ class CsvSource(TextFileSource):
     def _encode_sparse(self, rows, dtype: np.dtype) -> sp.csr_matrix:
         """One-hot and numeric fields straight into CSR (many categories never densify)."""
         layout, fields = self.layout, []
-        for j in range(len(layout.names)):
+        for j in layout.features:
             if j in layout.categorical:
                 k = layout.categorical.index(j)
                 fields.append((category_codes(rows.categorical[k], self.categories[k]), len(self.categories[k])))
-            elif j != layout.label:
+            else:
                 fields.append((rows.numeric[:, layout.numeric.index(j)], None))
         return one_hot_csr(len(rows.labels), fields, dtype)
 
     def describe(self) -> dict:
         layout = self.layout
         return {"source": {"format": "csv", "url": self.name, "columns": list(layout.names),
-                           "header": layout.header_line > 0},
+                           "header": layout.header_line > 0,
+                           **({"dropped": [layout.names[j] for j in layout.dropped]} if layout.dropped else {})},
                 "label_mapping": {"column": layout.names[layout.label], **self.rule.describe()},
                 "categories": {layout.names[j]: list(values)
                                for j, values in zip(layout.categorical, self.categories)}}
@@ -375,7 +377,7 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
                 positive: LabelValues = None, negative: LabelValues = None,
                 categorical: Categorical = (), header: bool | None = None,
                 n_features: int | None = None, storage_options: Mapping[str, Any] | None = None,
-                feature_columns: Sequence[str] | None = None) -> Source:
+                feature_columns: Sequence[str] | None = None, drop: Sequence[int | str] = ()) -> Source:
     """Resolve ``src`` and the format options of :func:`nsdist.data.ingestion.ingest` into a source.
 
     Raises
@@ -392,15 +394,15 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
     given = {"categorical": bool(categorical), "header": header is not None,
              "positive": positive is not None, "negative": negative is not None,
              "n_features": n_features is not None, "label_column": label_column != "label",
-             "feature_columns": feature_columns is not None}
-    allowed = {"csv": {"categorical", "header", "positive", "negative", "label_column"},
+             "feature_columns": feature_columns is not None, "drop": bool(drop)}
+    allowed = {"csv": {"categorical", "header", "positive", "negative", "label_column", "drop"},
                "svmlight": {"positive", "negative", "n_features"},
-               "parquet": {"label_column", "positive", "categorical", "feature_columns"}}[fmt]
+               "parquet": {"label_column", "positive", "categorical", "feature_columns", "drop"}}[fmt]
     wrong = [option for option, used in given.items() if used and option not in allowed]
     if wrong:
         raise ValueError(f"option(s) {wrong} do not apply to {fmt} input {display(fs, path)}")
     if fmt == "parquet":
-        return _parquet_source(src, label_column, positive, categorical, feature_columns, storage_options)
+        return _parquet_source(src, label_column, positive, categorical, feature_columns, storage_options, drop)
     if not fs.isfile(path):
         raise DataNotFoundError(f"no such file: {display(fs, path)}")
     if fmt == "svmlight":
@@ -410,7 +412,7 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
         return SvmlightSource(fs, path, LabelRule.create(positive, negative, default="sign"), n_features)
     fixed = isinstance(categorical, Mapping)
     layout = CsvLayout.detect(fs, path, label_column=label_column,
-                              categorical=list(categorical), header=header)
+                              categorical=list(categorical), header=header, drop=drop)
     categories = None
     if fixed:
         by_index = {layout.index(k): v for k, v in categorical.items()}
@@ -419,16 +421,25 @@ def open_source(src: str, *, format: str | None = None, label_column: int | str 
 
 
 def _parquet_source(src: str, label_column, positive: LabelValues, categorical: Categorical,
-                    feature_columns: Sequence[str] | None, storage_options) -> ParquetSource:
+                    feature_columns: Sequence[str] | None, storage_options, drop: Sequence[str] = ()
+                    ) -> ParquetSource:
     """A Parquet source: the numeric feature columns read by a :class:`Dataset`, the ``categorical`` ones (names;
     or a mapping name -> categories) beside it, in the order of ``feature_columns`` (default: every column but
-    the label, in the file's order)."""
+    the label and ``drop``, in the file's order)."""
     if not isinstance(label_column, str):
         raise ValueError(f"label_column must be a column name for Parquet input, got {label_column!r}")
     if not categorical:
         return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
-                                          positive=positive, feature_columns=feature_columns))
+                                          positive=positive, feature_columns=feature_columns, drop=drop))
     schema, candidates = feature_candidates(src, label_column=label_column, storage_options=storage_options)
+    wrong = next((c for c in drop if c not in candidates or c in categorical), None)
+    if wrong is not None or (drop and feature_columns is not None):
+        raise ValueError(f"Parquet input {src}: " + ("give feature_columns or drop, not both" if wrong is None else
+                                                      f"column {wrong!r} to drop: " + (
+                                                          "it is categorical" if wrong in categorical else
+                                                          "the label" if wrong == label_column else
+                                                          f"not a column (the columns: {', '.join(schema.names)})")))
+    candidates = [c for c in candidates if c not in drop]
     names = list(categorical)
     for name in names:
         if not isinstance(name, str) or name not in candidates:
