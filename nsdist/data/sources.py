@@ -432,13 +432,13 @@ def _parquet_source(src: str, label_column, positive: LabelValues, categorical: 
         return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
                                           positive=positive, feature_columns=feature_columns, drop=drop))
     schema, candidates = feature_candidates(src, label_column=label_column, storage_options=storage_options)
-    wrong = next((c for c in drop if c not in candidates or c in categorical), None)
-    if wrong is not None or (drop and feature_columns is not None):
-        raise ValueError(f"Parquet input {src}: " + ("give feature_columns or drop, not both" if wrong is None else
-                                                      f"column {wrong!r} to drop: " + (
-                                                          "it is categorical" if wrong in categorical else
-                                                          "the label" if wrong == label_column else
-                                                          f"not a column (the columns: {', '.join(schema.names)})")))
+    for name in drop:                       # Dataset.open's checks of drop, for the columns chosen here
+        why = ("it is categorical" if name in categorical else "the label" if name == label_column else
+               None if name in candidates else f"not a column (the columns: {', '.join(schema.names)})")
+        if why:
+            raise ValueError(f"Parquet input {src}: column {name!r} to drop: {why}")
+    if drop and feature_columns is not None:
+        raise ValueError(f"Parquet input {src}: give feature_columns or drop, not both")
     candidates = [c for c in candidates if c not in drop]
     names = list(categorical)
     for name in names:
