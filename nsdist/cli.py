@@ -3,10 +3,8 @@
 Every subcommand exits 0 on success and, on any error, non-zero with a
 one-line reason on stderr (``--debug`` shows the traceback instead):
 1 for a failed run, 2 for a bad command line or job file, 130 when
-interrupted (Ctrl-C), 143 when terminated (SIGTERM: a scheduler's time limit, a
-container stopping; it unwinds as Ctrl-C does, so a staging directory is removed
-and an embedded cluster closed on the way out, see :func:`terminate_as_interrupt`)
-(and ``retrain`` 75 when the model registry is locked, see
+interrupted (Ctrl-C), 143 when terminated (SIGTERM, :mod:`nsdist._signals`: it
+unwinds as Ctrl-C does) (and ``retrain`` 75 when the model registry is locked, see
 :mod:`nsdist.retrain`).  This module parses arguments, validates them and
 reports; what the commands run lives in :mod:`nsdist.run`
 (:func:`~nsdist.run.run_train`, :func:`~nsdist.run.run_predict`).  It imports
@@ -20,14 +18,13 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from . import __version__
+from ._signals import TERMINATED_STATUS, Terminated, terminate_as_interrupt
 
 if TYPE_CHECKING:
     from .jobs import TrainJob
@@ -39,6 +36,7 @@ log = logging.getLogger("nsdist")
 SCHEDULER_HELP = ("address of a running Dask scheduler (tcp://host:8786); default: $DASK_SCHEDULER_ADDRESS, "
                   "else an embedded LocalCluster starts and its dashboard link is printed")
 NO_PROGRESS_HELP = "no progress bar (it is off when stderr is not a terminal)"
+DROP_HELP = "a column that is neither a feature nor the label (an id, a timestamp): left out, never read (repeatable)"
 
 #: ``nsdist train`` shorthands: (option, job key, metavar, help); each is a ``--set KEY=VALUE``
 TRAIN_OPTIONS: list[tuple[str, str, str, str]] = [
@@ -141,9 +139,7 @@ def _add_ingest(sub) -> None:
                    help="a CSV or Parquet column to one-hot encode (repeatable)")
     p.add_argument("--feature-column", action="append", metavar="COL",
                    help="Parquet: a feature column (repeatable, in order; default: every column but the label)")
-    p.add_argument("--drop", action="append", default=[], metavar="COL",
-                   help="CSV or Parquet: a column that is neither a feature nor the label (an id, a timestamp), "
-                   "left out, never parsed (repeatable; CSV: a name or 0-based index)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL", help=f"CSV or Parquet: {DROP_HELP}")
     p.add_argument("--categories-of", metavar="DATASET",
                    help="CSV or Parquet: one-hot encode the columns a dataset ingested before encoded, with its "
                    "categories (a value it never saw: all zeros), so that a test set gets the training set's features")
@@ -193,9 +189,7 @@ def _add_train(sub) -> None:
                    help="override a job key, e.g. solver.eta=2 (repeatable)")
     for option, key, metavar, text in TRAIN_OPTIONS:
         p.add_argument(option, metavar=metavar, dest=key, help=f"{text} [{key}]")
-    p.add_argument("--drop", action="append", metavar="COL", dest="dataset.drop",
-                   help="a column that is neither a feature nor the label (an id, a timestamp): left out of every "
-                   "other column (repeatable) [dataset.drop]")
+    p.add_argument("--drop", action="append", metavar="COL", dest="dataset.drop", help=f"{DROP_HELP} [dataset.drop]")
     p.add_argument("--resume", action="store_true",
                    help="continue a killed streamed run from the checkpoint in the run directory (a job that fits "
                         "in memory -- K-fold selection, ftrl, psg, cp -- writes none: run it again instead)")
@@ -219,9 +213,7 @@ def _add_evaluate(sub) -> None:
     p.add_argument("model", help="model directory (or a run directory holding model/)")
     p.add_argument("dataset", help="Parquet dataset URL, an svmlight file or a .csv file (.gz/.bz2/.xz ok)")
     p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
-    p.add_argument("--drop", action="append", default=[], metavar="COL",
-                   help="a column of DATASET that is neither a feature nor the label (an id, a timestamp): left out "
-                   "(repeatable)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL", help=DROP_HELP)
     p.add_argument("--positive", action="append", metavar="VALUE",
                    help="a label value of the positive class as stored (class names: --positive fraud; "
                         "repeatable); every other label is negative (default: labels are 1/-1, 1/0 or true/false)")
@@ -261,9 +253,7 @@ def _add_predict(sub) -> None:
                    help="label column: not a feature; copied to the output when present (default: label)")
     p.add_argument("--keep", action="append", default=[], metavar="COL",
                    help="copy this column (an id ...) to the output; not a feature (repeatable)")
-    p.add_argument("--drop", action="append", default=[], metavar="COL",
-                   help="leave this column of INPUT out: not a feature, not copied, never read (a timestamp, free "
-                   "text ...; repeatable)")
+    p.add_argument("--drop", action="append", default=[], metavar="COL", help=DROP_HELP)
     p.add_argument("--threshold", type=float, default=0.0, metavar="T",
                    help="predict +1 where the score is above T (default 0)")
     p.add_argument("--format", choices=("svmlight", "csv", "parquet"),
@@ -471,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"nsdist: {how}; nothing half-written is left (a streamed training run continues with --resume; one "
               "that fits in memory, such as K-fold selection, is run again)", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        return TERMINATED_STATUS if isinstance(exc, Terminated) else 130
     except JobError as exc:
         if args.debug:
             raise
@@ -486,34 +476,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = _speak_cli(_one_line(exc), _cli_names(parser, args.command))
         print(scrub(f"nsdist {args.command}: error: {text}"), file=sys.stderr)
         return 1
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread where Ctrl-C raises :class:`KeyboardInterrupt` (see
-    :func:`terminate_as_interrupt`)."""
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` in the main thread, as Ctrl-C raises
-    :class:`KeyboardInterrupt`, instead of ending the process on the spot: the command unwinds, so its staging
-    directory is removed (:func:`~nsdist.data.fs.staging_directory`), its embedded cluster's worker processes
-    are closed and a checkpoint already written stays for ``--resume``.  A second SIGTERM ends the process at
-    once (the default action is back once the first is raised).  Outside the main thread (a command run from
-    another thread) signals cannot be caught, and nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import __version__
+from ._signals import TERMINATED_STATUS, Terminated, terminate_as_interrupt
 from .data import DataNotFoundError
 from .data.fs import atomic_write_bytes, display, resolve, scrub
 from .jobs import JobError, TrainJob, apply_overrides, job_from_dict, parse_overrides, parse_storage_options, \
@@ -445,6 +446,11 @@ def run(args: argparse.Namespace) -> int:
         summary, code = run_retrain(rjob), 0
     except LockHeld as exc:
         summary, code = {"status": "locked", "message": str(exc), "holder": exc.holder}, EXIT_LOCKED
+    except KeyboardInterrupt as exc:      # Ctrl-C, or SIGTERM (nsdist._signals): the lock is released, nothing promoted
+        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        _write_summary(args.summary, {"status": how, "message": f"{how} before the end: the lock released, nothing "
+                                      "promoted"}, args.summary_options)
+        raise
     except Exception as exc:
         _write_summary(args.summary, {"status": "error", "message": " ".join(str(exc).split()),
                                       "error": type(exc).__name__}, args.summary_options)
@@ -467,4 +473,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="nsdist: %(message)s", stream=sys.stderr)
-    return run(args)
+    with terminate_as_interrupt():      # a scheduler's time limit unwinds the run: the registry's lock released
+        try:
+            return run(args)
+        except Terminated:
+            print("nsdist retrain: terminated (SIGTERM): the lock released, nothing promoted", file=sys.stderr)
+            return TERMINATED_STATUS

@@ -171,6 +171,37 @@ def test_lock_blocks_a_concurrent_run_then_first_run_promotes(scheduler, letter,
     assert not (registry / "LOCK").exists()
 
 
+def test_a_scheduled_run_sent_sigterm_releases_the_lock_and_promotes_nothing(scheduler, letter, tmp_path):
+    """``python -m pipelines.retrain`` (what a scheduler runs) sent SIGTERM while it holds the registry's lock
+    and trains: it exits 143 saying so, releases the lock (the process used to die on the signal, -15, with
+    the lock held: a run on this host breaks such a lock, its pid gone, but one on another host is refused
+    until it goes stale), writes a ``terminated`` summary and promotes nothing; the next run then trains and
+    promotes v0001."""
+    import signal
+
+    X, y = letter
+    stream, registry = tmp_path / "stream", tmp_path / "registry"
+    for day, start in zip((1, 2, 3), (0, 4000, 8000)):
+        arrive(stream, day, X[start:start + 4000], y[start:start + 4000])
+    job = write_job(tmp_path / "retrain.yaml", stream, registry)
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.retrain", str(job), "--scheduler", scheduler,
+                             "--summary", str(tmp_path / "summary.json")], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (registry / "LOCK").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "nsdist retrain: terminated (SIGTERM): the lock released, nothing promoted" in stderr
+    assert not (registry / "LOCK").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "terminated"
+    assert Registry(str(registry)).current() is None
+    _, out = retrain(job, "--scheduler", scheduler)
+    assert (out["status"], out["version"]) == ("promoted", "v0001")
+
+
 # ------------------------------------------------------------- pure parts
 def _ident(n: int) -> dict:
     return {"size": n, "tag": "t"}
