@@ -503,11 +503,12 @@ def _cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple
     options of ``command``."""
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     names: dict[str, tuple[str, str | None, bool]] = {}
-    keys = {key: option for option, key, _, _ in TRAIN_OPTIONS}
+    keys = {a.dest: (a.option_strings[-1], isinstance(a, argparse._AppendAction)) for a in sub._actions
+            if a.dest.count(".")}                      # train's options of a job key (--drop: dataset.drop)
     if command in ("train", "retrain"):
         for name, key in _JOB_KEYS.items():
-            option = keys.get(key) if command == "train" else None
-            names[name] = (option, key, False) if option else (key, None, False)
+            option, repeated = keys.get(key, (None, False))
+            names[name] = (option, key, repeated) if option else (key, None, False)
     for action in sub._actions:
         for option in action.option_strings:
             if option.startswith("--") and not action.dest.count("."):

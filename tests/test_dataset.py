@@ -47,8 +47,10 @@ def test_pandas_index_and_chosen_columns(tmp_path):
     with pytest.raises(ValueError, match=r"column 'name' has type (large_)?string, not a number; to keep the 3 "
                                          r"numeric ones, pass feature_columns=\['a', 'b', 'c'\]; to use the text "
                                          r"columns as categories, one-hot encode them at ingest: "
-                                         r"categorical=\['name'\]$"):
+                                         r"categorical=\['name'\]; to leave the columns that are not numbers out "
+                                         r"\(an id, a timestamp\): drop=\['name'\]$"):
         Dataset.open(tmp_path / "d.parquet")
+    assert Dataset.open(tmp_path / "d.parquet", drop=["name"]).feature_names == ["a", "b", "c"]
     df["when"] = pd.to_datetime(["2026-01-01"] * 4)
     df.to_parquet(tmp_path / "two.parquet")
     with pytest.raises(ValueError, match=r"column 'name' has type (large_)?string, not a number \(the columns that "

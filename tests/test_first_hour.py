@@ -181,10 +181,15 @@ def test_parquet_columns_that_are_not_numbers_get_options_to_paste(tmp_path, env
     line = one_line_error(nsdist("train", tmp_path / "raw", "--out", tmp_path / "run", env=env), 1)
     keep = "--set \"dataset.feature_columns=['a', 'b']\""
     assert f"to keep the 2 numeric ones, pass {keep}" in line and "at ingest: --categorical shop" in line, line
+    assert "to leave the columns that are not numbers out (an id, a timestamp): --drop when --drop shop" in line
     proc = nsdist("train", tmp_path / "raw", "--set", keep.split('"')[1], "--eta", 1, "--n-passes", 1,
                   "--out", tmp_path / "run", "--no-progress", env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "run" / "model" / "model.json").read_text())["feature_names"] == ["a", "b"]
+    proc = nsdist("train", tmp_path / "raw", "--drop", "when", "--drop", "shop", "--eta", 1, "--n-passes", 1,
+                  "--out", tmp_path / "dropped", "--no-progress", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "dropped" / "model" / "model.json").read_text())["feature_names"] == ["a", "b"]
     line = one_line_error(nsdist("ingest", tmp_path / "raw", tmp_path / "d", "--categorical", "shop", env=env), 1)
     flags = "--feature-column a --feature-column b --feature-column shop"
     assert f"to keep the 3 numeric and categorical ones, pass {flags}" in line, line

@@ -70,8 +70,9 @@ def check_numbers(types: Mapping[str, pa.DataType], columns: Sequence[str], wher
                   categorical: Sequence[str] = ()) -> None:
     """Raise ValueError if a feature column of ``columns`` (but the ``categorical`` ones, which ingest one-hot
     encodes) is not a number: which are not, the ``feature_columns=`` that keeps the others (whole, so that it can
-    be pasted, up to :data:`LISTED` names; ``offer``: the columns were not chosen by the caller) and, for text
-    columns, the ingest option that one-hot encodes them."""
+    be pasted, up to :data:`LISTED` names; ``offer``: the columns were not chosen by the caller), for text
+    columns the ingest option that one-hot encodes them, and (``offer``) the ``drop=`` that leaves every column
+    that is not a number out."""
     other = [name for name in columns if name not in categorical and _kind(types[name]) != "number"]
     if not other:
         return
@@ -91,6 +92,8 @@ def check_numbers(types: Mapping[str, pa.DataType], columns: Sequence[str], wher
         message += "; pass feature_columns= to choose the numeric features"
     if text:
         message += f"; to use the text columns as categories, one-hot encode them at ingest: categorical={text!r}"
+    if offer:
+        message += f"; to leave the columns that are not numbers out (an id, a timestamp): drop={other!r}"
     raise ValueError(message)
 
 
