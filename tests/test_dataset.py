@@ -288,9 +288,9 @@ def test_drop_leaves_an_id_and_a_timestamp_out_of_every_other_column(tmp_path):
     pq.write_table(pa.table({"id": [7, 8], "indices": [[0, 3], [1]], "values": [[1.0, 2.0], [0.5]],
                              "label": [1, -1]}, schema=schema), sparse)
     assert Dataset.open(sparse, drop=["id"]).is_sparse
-    for kwargs, message in (({"drop": ["idd"]}, "no column 'idd' to drop"),
+    for kwargs, message in (({"drop": ["idd"]}, "column 'idd' to drop: no such column"),
                             ({"drop": ["id"], "feature_columns": ["a"]}, "give feature_columns or drop, not both"),
-                            ({"drop": ["label", "ts"]}, "'label' is the label; it cannot be dropped")):
+                            ({"drop": ["label", "ts"]}, "'label' to drop: it is the label; it cannot be dropped")):
         with pytest.raises(ValueError, match=re.escape(message)):
             Dataset.open(root, **kwargs)
 

@@ -360,7 +360,7 @@ def test_drop_leaves_an_id_and_a_timestamp_out_of_a_csv_and_a_parquet_ingest(tmp
             ("user.csv", {"drop": ["txm"]}, "column to drop 'txm' is not a column"),
             ("user.csv", {"drop": ["label"]}, "column 'label' is the label"),
             ("user.csv", {"drop": ["mcc", "when", "txn"], "categorical": ["mcc"]}, "both categorical and dropped"),
-            ("user", {"drop": ["txm"]}, "no column 'txm' to drop"),
+            ("user", {"drop": ["txm"]}, "column 'txm' to drop: no such column"),
             ("user", {"drop": ["when"], "feature_columns": ["u"]}, "give feature_columns or drop, not both"),
             ("user", {"drop": ["mcc", "when", "txn"], "categorical": ["mcc"]}, "column 'mcc' to drop: it is "
                                                                                 "categorical")):

@@ -97,6 +97,22 @@ def check_numbers(types: Mapping[str, pa.DataType], columns: Sequence[str], wher
     raise ValueError(message)
 
 
+def check_drop(drop: Sequence[str], names: Sequence[str], label_column: str, where: str, *,
+               feature_columns: object = None, categorical: Sequence[str] = ()) -> None:
+    """Refuse a ``drop=`` that would leave out what it must not: a name that is no column of ``names``
+    (a typo is never ignored), the label, a ``categorical`` column, or any name beside ``feature_columns``
+    (which already names every feature); the message names the column and ``where``."""
+    for name in drop:
+        why = ("it is categorical" if name in categorical else
+               "it is the label; it cannot be dropped" if name == label_column else
+               None if name in names else f"no such column; the columns are {list(names)}")
+        if why:
+            raise ValueError(f"{where}: column {name!r} to drop: {why}")
+    if drop and feature_columns is not None:
+        raise ValueError(f"{where}: give feature_columns or drop, not both (drop leaves columns out of "
+                         "every other column)")
+
+
 def candidate_columns(schema: pa.Schema, label_column: str) -> list[str]:
     """The columns that may be features, in the file's order: all but the label and the columns pandas wrote
     for a non-default index (what ``feature_columns=None`` starts from)."""
@@ -216,14 +232,7 @@ class FeatureSchema:
         if positive is None and _is_text(types[label_column]):
             raise class_names_error(where, label_column, label_names)
         positive = LabelRule.create(positive).positive
-        absent = [n for n in drop if n not in types]
-        if absent:
-            raise ValueError(f"{where}: no column {absent[0]!r} to drop; the columns are {schema.names}")
-        if drop and feature_columns is not None:
-            raise ValueError(f"{where}: give feature_columns or drop, not both (drop leaves columns out of "
-                             "every other column)")
-        if label_column in drop:
-            raise ValueError(f"{where}: column {label_column!r} is the label; it cannot be dropped")
+        check_drop(drop, schema.names, label_column, where, feature_columns=feature_columns)
         if feature_columns is None:
             every = candidate_columns(schema, label_column)
             candidates = [n for n in every if n not in drop]

@@ -43,7 +43,7 @@ from fsspec.utils import infer_compression
 
 from nsdist._names import NameRange
 from nsdist._sparse import issparse, scipy_sparse
-from nsdist.data.columns import check_numbers
+from nsdist.data.columns import check_drop, check_numbers
 from nsdist.data.dataset import Dataset, feature_candidates
 from nsdist.data.fs import DataNotFoundError, display, resolve
 from nsdist.data.labels import LabelRule, LabelValues, clean_strings
@@ -432,13 +432,8 @@ def _parquet_source(src: str, label_column, positive: LabelValues, categorical: 
         return ParquetSource(Dataset.open(src, label_column=label_column, storage_options=storage_options,
                                           positive=positive, feature_columns=feature_columns, drop=drop))
     schema, candidates = feature_candidates(src, label_column=label_column, storage_options=storage_options)
-    for name in drop:                       # Dataset.open's checks of drop, for the columns chosen here
-        why = ("it is categorical" if name in categorical else "the label" if name == label_column else
-               None if name in candidates else f"not a column (the columns: {', '.join(schema.names)})")
-        if why:
-            raise ValueError(f"Parquet input {src}: column {name!r} to drop: {why}")
-    if drop and feature_columns is not None:
-        raise ValueError(f"Parquet input {src}: give feature_columns or drop, not both")
+    check_drop(drop, schema.names, label_column, f"Parquet input {src}", feature_columns=feature_columns,
+               categorical=list(categorical))
     candidates = [c for c in candidates if c not in drop]
     names = list(categorical)
     for name in names:
