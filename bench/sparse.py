@@ -498,20 +498,66 @@ def _scan_to_numpy(path: str) -> int:
     return y.shape[0]
 
 
-def _fresh_scan_seconds(paths: list[str]) -> float:
+def _worker_cpu() -> tuple[float, float, int]:
+    """This process's CPU seconds so far in user and in kernel mode, and its minor page faults (run on a worker)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def _cpu_since(client, before: dict) -> dict:
+    """The workers' CPU since ``before`` (``client.run(_worker_cpu)``), summed over the workers: user and kernel
+    seconds and minor page faults."""
+    after = client.run(_worker_cpu)
+    used = [tuple(a - b for a, b in zip(after[w], before[w])) for w in before if w in after]
+    return {"user": sum(u[0] for u in used), "system": sum(u[1] for u in used), "faults": int(sum(u[2] for u in used))}
+
+
+FIRST_TOUCH_MB = 256
+
+
+def _first_touch() -> dict:
+    """What fresh memory costs on this machine: a new process writes ``FIRST_TOUCH_MB`` MiB once (every page
+    faulted in) and then again (no faults), in ms per MiB.  A virtual machine whose host backs guest memory
+    lazily (and takes back pages freed for a while) can charge milliseconds a MiB for the first write against
+    tens of microseconds for the second, so a job's fresh memory, not its arithmetic, can set its time."""
+    import subprocess
+
+    code = ("import time, numpy as np\n"
+            f"a = np.empty({FIRST_TOUCH_MB} << 17)\n"
+            "t = time.perf_counter(); a.fill(1.0); t1 = time.perf_counter(); a.fill(2.0); t2 = time.perf_counter()\n"
+            "print(t1 - t, t2 - t1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    first, again = (1000 * float(x) / FIRST_TOUCH_MB for x in out)
+    return {"first_write_ms_per_mib": first, "second_write_ms_per_mib": again}
+
+
+def _cpu_seconds(cpu: dict) -> float:
+    return cpu["user"] + cpu["system"]
+
+
+def _median_cpu(runs: list[dict], key: str) -> dict:
+    """The median over ``runs`` of each of their ``key`` CPU figures (:func:`_cpu_since`)."""
+    return {k: statistics.median(r[key][k] for r in runs) for k in ("user", "system", "faults")}
+
+
+def _fresh_scan(paths: list[str]) -> tuple[float, dict]:
     """The bare scan as ``bench/scale.py`` times it (issue 11): every file read and made numpy arrays on the
-    two workers of a fresh ``LocalCluster`` -- the footing of the job's fresh workers (its start-up apart)."""
+    two workers of a fresh ``LocalCluster`` -- the footing of the job's fresh workers (its start-up apart).
+    Returns its seconds and the workers' CPU (:func:`_cpu_since`)."""
     cluster, client = _cluster()
     try:
-        client.run(lambda: None)
+        before = client.run(_worker_cpu)
         start = time.perf_counter()
         rows = sum(client.gather(client.map(_scan_to_numpy, paths, pure=False)))
         seconds = time.perf_counter() - start
+        cpu = _cpu_since(client, before)
     finally:
         client.close()
         cluster.close()
     assert rows > 0
-    return seconds
+    return seconds, cpu
 
 
 def text_split(work: Path, n_test_files: int = 2):
@@ -561,7 +607,7 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
     """One pass of 1PMB (fixed eta): whole-job rows/s against two bare pyarrow scans in the same run, RSS.
 
     The scans: ``pq.read_table`` of every file in this process, warm (after a warm-up scan here: page
-    cache, allocator and Arrow's threads all warm); and :func:`_fresh_scan_seconds`, the files read and
+    cache, allocator and Arrow's threads all warm); and :func:`_fresh_scan`, the files read and
     made numpy arrays on a fresh two-worker cluster, as the job's workers are fresh (``bench/scale.py``'s
     scan for issue 11).  ``configs``: ``(buffer_size, standardize, eta)``, each run ``repeats`` times (the
     first of them also scores the held-out files).
@@ -575,20 +621,23 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
     del X0
     _scan_seconds(paths)                                       # warm-up: files in the page cache
     Xt, yt = _csr_of(test)
+    touch = [_first_touch()]
     runs = []
     for buffer_size, standardize, eta, token_patch in configs:
         for rep in range(repeats):
             scan = _scan_seconds(paths)
-            fresh_scan = _fresh_scan_seconds(paths)
+            fresh_scan, scan_cpu = _fresh_scan(paths)
             t0 = time.perf_counter()
             cluster, client = _cluster()
             try:
                 t1 = time.perf_counter()
                 idle = client.run(_worker_rss)
+                before = client.run(_worker_cpu)
                 with _ArrayToken() if token_patch else contextlib.nullcontext():
                     m = nsdist.train(train, client=client, solver="1pmb", eta=eta, n_passes=1, measure="prec@k",
                                      k=TRAIN_K, buffer_size=buffer_size, standardize=standardize)
                 t2 = time.perf_counter()
+                cpu = _cpu_since(client, before)
                 peak = client.run(_worker_peak_rss)
             finally:
                 client.close()
@@ -604,6 +653,8 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
                    "ratio_whole_job_vs_fresh_scan": fresh_scan / (t2 - t1),
                    "ratio_whole_job_vs_scan": scan / (t2 - t1), "ratio_chain_vs_scan": m.history["rows_per_second"] * scan / train.num_rows,
                    "worker_idle_rss": sorted(idle.values()), "worker_peak_rss": sorted(peak.values()),
+                   "worker_cpu": cpu, "fresh_scan_worker_cpu": scan_cpu,
+                   "ratio_cpu_fresh_scan_vs_job": _cpu_seconds(scan_cpu) / _cpu_seconds(cpu),
                    "epochs": m.history["epochs"]}
             if rep == 0:
                 run["test"] = _test_measures(yt, m.decision_function(Xt), TRAIN_K)
@@ -613,7 +664,7 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
            "test_rows": test.num_rows, "test_files": len(test.partitions), "n_features": train.n_features,
            "partition_csr_bytes": csr0, "model_bytes": 8 * train.n_features,
            "dense_partition_float32_bytes": train.partitions[0].num_rows * train.n_features * 4,
-           "runs": runs, "summary": {}}
+           "runs": runs, "summary": {}, "first_touch": touch + [_first_touch()]}
     for buffer_size, standardize, eta, token_patch in configs:
         name = _config_name(buffer_size, standardize, token_patch)
         rs = [r for r in runs if r["config"] == name]
@@ -629,6 +680,9 @@ def text_onepass(work: Path, repeats: int, configs=((500, True, 10.0),)) -> dict
             "chain_seconds": statistics.median(r["phases"]["chain"] for r in rs),
             "worker_peak_rss_max": max(max(r["worker_peak_rss"]) for r in rs),
             "worker_idle_rss_max": max(max(r["worker_idle_rss"]) for r in rs),
+            "worker_cpu_seconds": _median_cpu(rs, "worker_cpu"),
+            "fresh_scan_worker_cpu_seconds": _median_cpu(rs, "fresh_scan_worker_cpu"),
+            "ratio_cpu_fresh_scan_vs_job": med("ratio_cpu_fresh_scan_vs_job"),
             "test": rs[0]["test"]}
     return out
 
@@ -989,6 +1043,21 @@ def markdown_training(t: dict) -> list[str]:
                       f"({r['ratio_whole_job_vs_scan']:.3f}x"
                       + (f" / {r['ratio_whole_job_vs_fresh_scan']:.3f}x" if fresh else "") + ")"
                       for r in op["runs"]) + ".", ""]
+        cpu = [(n, s) for n, s in op["summary"].items() if "worker_cpu_seconds" in s]
+        if cpu:
+            lines += ["Workers' CPU (both workers, medians; user + kernel, `getrusage` on each worker): " + "; ".join(
+                f"{n}: the job {_cpu_seconds(s['worker_cpu_seconds']):.2f} s (kernel "
+                f"{s['worker_cpu_seconds']['system']:.2f} s, {s['worker_cpu_seconds']['faults']:,.0f} page faults), "
+                f"the fresh scan {_cpu_seconds(s['fresh_scan_worker_cpu_seconds']):.2f} s (kernel "
+                f"{s['fresh_scan_worker_cpu_seconds']['system']:.2f} s, "
+                f"{s['fresh_scan_worker_cpu_seconds']['faults']:,.0f}): the job's rows per CPU second are "
+                f"**{s['ratio_cpu_fresh_scan_vs_job']:.2f}x** the scan's" for n, s in cpu) + ".", ""]
+        if op.get("first_touch"):
+            ft = op["first_touch"]
+            lines += [f"Fresh memory on this machine (a new process writes {FIRST_TOUCH_MB} MiB twice, at the part's "
+                      "start / end; `_first_touch`): " + " / ".join(f"{x['first_write_ms_per_mib']:.2f}" for x in ft)
+                      + " ms a MiB the first time (its pages faulted in), "
+                      + " / ".join(f"{x['second_write_ms_per_mib']:.3f}" for x in ft) + " ms the second.", ""]
         if op.get("note"):
             lines += [op["note"], ""]
     if op:
