@@ -263,22 +263,23 @@ def test_counts_are_singular_when_one(tmp_path, env):
 def test_library_keywords_are_said_as_the_commands_options():
     """A library message's ``name=value`` in a command's terms: its option (given once a value when repeatable),
     or ``--set`` for a job key without one; a name that is neither stays."""
-    from nsdist.cli import _cli_names, _speak_cli, build_parser
+    from nsdist._cli_messages import cli_names, speak_cli
+    from nsdist.cli import build_parser
 
-    train, ingest = _cli_names(build_parser(), "train"), _cli_names(build_parser(), "ingest")
-    said = _speak_cli("pass feature_columns=['a', 'b']; pass feature_columns= to choose; categorical=['c']; "
-                      "label_column='y'; other=1", train)
+    train, ingest = cli_names(build_parser(), "train"), cli_names(build_parser(), "ingest")
+    said = speak_cli("pass feature_columns=['a', 'b']; pass feature_columns= to choose; categorical=['c']; "
+                     "label_column='y'; other=1", train)
     assert said == ("pass --set \"dataset.feature_columns=['a', 'b']\"; pass --set dataset.feature_columns=... to "
                     "choose; --categorical c; --label-column 'y' (dataset.label_column); other=1")
-    assert _speak_cli("pass feature_columns=['a', 'b']", ingest) == "pass --feature-column a --feature-column b"
+    assert speak_cli("pass feature_columns=['a', 'b']", ingest) == "pass --feature-column a --feature-column b"
 
 
 def test_internal_errors_say_so_without_a_class_name_first():
-    from nsdist.cli import _one_line
+    from nsdist._cli_messages import one_line
 
-    assert _one_line(FileExistsError("x already exists")) == "x already exists"
-    assert _one_line(KeyError("k")).startswith("'k'")
-    text = _one_line(TypeError("bad operand"))
+    assert one_line(FileExistsError("x already exists")) == "x already exists"
+    assert one_line(KeyError("k")).startswith("'k'")
+    text = one_line(TypeError("bad operand"))
     assert text.startswith("bad operand (an internal error") and "--debug" in text
 
 
