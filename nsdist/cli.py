@@ -369,7 +369,7 @@ def plural(n: int, noun: str) -> str:
 
 def _cmd_train(args) -> int:
     job = train_job(args)            # a bad job exits 2 before the training code is even imported
-    from .report import measures_table
+    from .report import measures_table, name_list
     from .run import run_train, selection_summary
 
     result = run_train(job, resume=args.resume, progress=not args.no_progress)
@@ -377,6 +377,10 @@ def _cmd_train(args) -> int:
     print(measures_table({f"nsdist {result.model.params['solver']}": evaluation}))
     print(f"\n{evaluation['data']} data: {plural(evaluation['n_rows'], 'row')}, "
           f"{plural(evaluation['n_positives'], 'positive')}; trained in {result.metrics['training']['seconds']:.1f} s")
+    inferred = result.metrics["dataset"]["inferred_features"]
+    if inferred:
+        but = "the label and the dropped ones" if job.dataset.drop else "the label"
+        print(f"features: {name_list(inferred)} (every column but {but}; --drop COL leaves one out)")
     if "selection" in result.metrics:
         sel = result.metrics["selection"]
         print(f"selected {selection_summary(sel['candidates'], sel.get('validation_positives'))}")

@@ -48,6 +48,12 @@ def measure_label(key: str, *, beta: float | None = None, k: int | float | None 
     return _BY_KEY[key].title(beta=beta, k=k)
 
 
+def name_list(names: list[str], limit: int = 8) -> str:
+    """``a, b, c``, or the first ``limit`` names and how many there are in all."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, ... ({len(names)} in all)"
+
+
 def measures_table(results: dict[str, dict], extra: dict[str, dict[str, str]] | None = None) -> str:
     """A plain-text table: one row per named result of :func:`nsdist.evaluate`.
 

@@ -161,8 +161,17 @@ def _split(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str]:
     return train, train, "training"
 
 
+def inferred_features(ds: Dataset) -> list[str] | None:
+    """The feature columns of ``ds`` if they were inferred -- every column but the label and ``drop`` -- in the
+    layout of one column per feature (what a user checks for an id or a timestamp taken for a feature); ``None``
+    when the job named them, or for a vector or sparse layout."""
+    schema = ds.schema
+    return list(schema.names) if schema.layout == "columns" and schema.all_columns is not None else None
+
+
 def _log_datasets(train: Dataset, test: Dataset, role: str) -> None:
     from .data.dataset import SPLIT_BYTES
+    from .report import name_list
 
     if role == "training":
         log.warning("no test data (dataset.test_url or dataset.holdout): metrics.json reports the training data")
@@ -172,6 +181,9 @@ def _log_datasets(train: Dataset, test: Dataset, role: str) -> None:
                  ds.n_features, len(ds.partitions),
                  f" ({split} file(s) over {SPLIT_BYTES // 2**20} MiB read as runs of row groups)" if split else "",
                  ds.fingerprint[:12])
+    inferred = inferred_features(train)
+    if inferred:
+        log.info("features (every column but the label and drop): %s", name_list(inferred))
 
 
 #: training rows read to look for a feature that separates the classes by itself
@@ -386,7 +398,7 @@ def _write_outputs(job: TrainJob, run: RunDir, model: LinearModel, train: Datase
                                           "passes", "partitions", "final_loss", "folds")},
         "dataset": {"url": train.url, "rows": train.num_rows, "features": train.n_features,
                     "partitions": len(train.partitions), "fingerprint": train.fingerprint,
-                    "label_column": job.dataset.label_column},
+                    "label_column": job.dataset.label_column, "inferred_features": inferred_features(train)},
         "model": {"dir": run.model, "measure": model.measure, "params": model.params,
                   "n_features": model.n_features, "version": model.version, "created": model.created},
         "cluster": where,

@@ -380,6 +380,36 @@ def test_parquet_with_an_id_and_a_timestamp_trains_and_evaluates_with_drop(rows,
     assert measured["auc"] == expected["auc"] and measured["n_rows"] == len(y)
 
 
+def test_train_names_the_columns_it_took_for_features(rows, env, tmp_path):
+    """An integer id beside the features is a number, so it trains as a feature unless dropped: ``nsdist train``
+    names the columns it took (every one but the label), in its summary, its log and ``metrics.json``; with
+    ``--drop txn`` the id is not among them; features named by the job are not listed (nothing was guessed)."""
+    X, y = rows
+    root = tmp_path / "users"
+    root.mkdir()
+    for i, a in enumerate(range(0, 2000, 500)):
+        pq.write_table(pa.table({"txn": np.arange(a, a + 500), **{f: X[a:a + 500, j] for j, f in enumerate(FEATURES)},
+                                 "label": y[a:a + 500]}), root / f"part-{i:05d}.parquet")
+    listed = "txn, f0, f1, f2, f3, f4, f5, f6, ... (17 in all)"
+    for name, extra, said, inferred in (
+            ("all", [], f"features: {listed} (every column but the label;", ["txn"] + FEATURES),
+            ("dropped", ["--drop", "txn"], "features: f0, f1, f2, f3, f4, f5, f6, f7, ... (16 in all) (every column "
+                                           "but the label and the dropped ones;", FEATURES),
+            ("named", ["--set", f"dataset.feature_columns={FEATURES}"], None, None)):
+        proc = nsdist_cli("train", root, "--out", tmp_path / name, *extra, *TRAIN_ARGS, env=env)
+        assert proc.returncode == 0, proc.stderr
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("features:")]
+        if said is None:
+            assert lines == []
+        else:
+            assert len(lines) == 1 and lines[0].startswith(said), lines
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert metrics["dataset"]["inferred_features"] == inferred
+        assert load_model(str(tmp_path / name / "model")).feature_names == (inferred or FEATURES)
+        log = (tmp_path / name / "run.log").read_text()
+        assert ("features (every column but the label and drop): " in log) == (inferred is not None)
+
+
 def _plain_parquet(root: Path, X: np.ndarray, y: np.ndarray) -> str:
     """Files whose size depends only on the number of rows (no compression, dictionary, statistics)."""
     root.mkdir()
