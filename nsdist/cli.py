@@ -137,10 +137,12 @@ def _add_ingest(sub) -> None:
     p.add_argument("--negative", action="append", metavar="VALUE",
                    help="a label value of the negative class (repeatable); rows with other labels are dropped")
     p.add_argument("--categorical", action="append", default=[], metavar="COL",
-                   help="a CSV or Parquet column to one-hot encode (repeatable)")
+                   help="a CSV or Parquet column to one-hot encode (repeatable; a CSV's: a name or a 0-based "
+                   "position)")
     p.add_argument("--feature-column", action="append", metavar="COL",
                    help="Parquet: a feature column (repeatable, in order; default: every column but the label)")
-    p.add_argument("--drop", action="append", default=[], metavar="COL", help=f"CSV or Parquet: {DROP_HELP}")
+    p.add_argument("--drop", action="append", default=[], metavar="COL",
+                   help=f"CSV or Parquet: {DROP_HELP}; a CSV's: a name or a 0-based position")
     p.add_argument("--categories-of", metavar="DATASET",
                    help="CSV or Parquet: one-hot encode the columns a dataset ingested before encoded, with its "
                    "categories (a value it never saw: all zeros), so that a test set gets the training set's features")
@@ -342,10 +344,9 @@ def _cmd_ingest(args) -> int:
     from .progress import IngestBar
     from .run import announce, categories_of, check_ingest
 
-    column = args.label_column
     spec = validate(IngestSpec, {
         "src": args.src, "format": args.format, "positive": args.positive, "negative": args.negative,
-        "label_column": int(column) if column.lstrip("-").isdigit() else column,
+        "label_column": args.label_column,          # a CSV reads "3" as a position unless a column is named so
         "categorical": args.categorical, "header": args.header, "n_features": args.n_features,
         "feature_columns": args.feature_column, "drop": args.drop,
         "rows_per_partition": args.rows_per_partition, "shuffle": not args.no_shuffle,

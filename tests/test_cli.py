@@ -442,6 +442,42 @@ def test_ingest_connects_like_every_entry_point(tmp_path, monkeypatch):
 
 
 
+def test_column_positions_on_the_command_line_are_positions_unless_a_column_has_that_name(
+        tmp_path, env, shared_data):
+    """The command line gives every column as text: ``--label-column 41 --categorical 1 ... --drop 0`` of a CSV
+    without a header (kddcup99's real rows) are positions, as the same integers given to ``nsdist.ingest``; a
+    header naming a column ``1`` makes ``--categorical 1`` that column; pandas' Parquet of unnamed columns
+    (``'0' .. '3'``) ingests with ``--label-column 3`` (it was refused: "must be a column name")."""
+    import gzip
+
+    from nsdist import ingest
+
+    with gzip.open(shared_data / "kddcup99" / "kddcup.data_10_percent.gz", "rt") as f:
+        (tmp_path / "kdd.csv").write_text("".join(next(f) for _ in range(3000)))
+    common = dict(positive=["normal."], rows_per_partition=1000)
+    ok(nsdist("ingest", tmp_path / "kdd.csv", tmp_path / "cli", "--label-column", 41, "--positive", "normal.",
+              "--categorical", 1, "--categorical", 2, "--categorical", 3, "--drop", 0, "--rows-per-partition", 1000,
+              env=env))
+    api = ingest(str(tmp_path / "kdd.csv"), str(tmp_path / "api"), label_column=41, categorical=[1, 2, 3], drop=[0],
+                 **common)
+    cli = Dataset.open(tmp_path / "cli")
+    assert cli.feature_names == api.feature_names and cli.feature_names[0] == "col1=icmp"
+    assert "col0" not in cli.feature_names and cli.n_features == api.n_features
+    for i in range(len(api.partitions)):
+        for a, b in zip(cli.read_partition(i), api.read_partition(i)):
+            np.testing.assert_array_equal(a, b)
+    (tmp_path / "named.csv").write_text("a,1,label\n0.5,x,1\n0.1,y,-1\n0.3,x,-1\n")
+    ok(nsdist("ingest", tmp_path / "named.csv", tmp_path / "named", "--header", "--categorical", 1, env=env))
+    assert Dataset.open(tmp_path / "named").feature_names == ["a", "1=x", "1=y"]
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(rng.normal(size=(400, 3))).assign(label=(rng.random(400) < 0.2).astype(int))
+    frame.columns = [str(c) for c in range(4)]
+    frame.to_parquet(tmp_path / "pandas.parquet")
+    ok(nsdist("ingest", tmp_path / "pandas.parquet", tmp_path / "pq", "--label-column", 3, env=env))
+    ds = Dataset.open(tmp_path / "pq")
+    assert ds.feature_names == ["0", "1", "2"] and ds.metadata["positives"] == int(frame["3"].sum())
+
+
 def test_train_with_the_defaults_reports_the_selection(run, env):
     """Issue #10 item 4: metrics.json lists every candidate (validation value, steps, when dropped, cost) and
     the CLI prints the winner and the runner-up."""

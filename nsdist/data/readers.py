@@ -304,8 +304,11 @@ def _split_fields(text: str, where: str) -> list[str]:
 
 
 def _resolve_column(column: int | str, names: Sequence[str], what: str, source: str) -> int:
-    """Index of a column given by name or integer position (negative counts from the end)."""
+    """Index of a column given by name or integer position (negative counts from the end); a text that is no
+    column's name but an integer (``"3"``, as a command line gives it) is a position."""
     m = len(names)
+    if isinstance(column, str) and column not in names and column.lstrip("-").isdigit():
+        column = int(column)
     if isinstance(column, (int, np.integer)) and not isinstance(column, bool):
         if not -m <= column < m:
             raise ValueError(f"{source}: {what} {column} is out of range for {m} columns")
