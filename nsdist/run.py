@@ -162,11 +162,13 @@ def _split(spec: DatasetSpec, options: dict) -> tuple[Dataset, Dataset, str]:
 
 
 def inferred_features(ds: Dataset) -> list[str] | None:
-    """The feature columns of ``ds`` if they were inferred -- every column but the label and ``drop`` -- in the
-    layout of one column per feature (what a user checks for an id or a timestamp taken for a feature); ``None``
-    when the job named them, or for a vector or sparse layout."""
+    """The feature columns of Parquet a user brought if they were inferred -- every column but the label and
+    ``drop`` -- in the layout of one column per feature (what a user checks for an id or a timestamp taken for a
+    feature); ``None`` when the job named them, for a dataset ``nsdist ingest`` wrote (it chose the columns, and
+    its provenance says which), or for a vector or sparse layout."""
     schema = ds.schema
-    return list(schema.names) if schema.layout == "columns" and schema.all_columns is not None else None
+    inferred = schema.layout == "columns" and schema.all_columns is not None and "ingest" not in ds.metadata
+    return list(schema.names) if inferred else None
 
 
 def _log_datasets(train: Dataset, test: Dataset, role: str) -> None:

@@ -496,6 +496,7 @@ def test_train_with_the_defaults_reports_the_selection(run, env):
     assert sum(c["cost_share"] for c in sel["candidates"]) == pytest.approx(1.0)
     assert all(c["dropped_at_check"] is None or c["dropped_at_check"] >= 1 for c in sel["candidates"])
     line = next(l for l in proc.stdout.splitlines() if l.startswith("selected "))
+    assert not any(l.startswith("features:") for l in proc.stdout.splitlines())    # ingest chose the columns
     assert line.startswith(f"selected {winner['name']} (validation {winner['validation']:.4f}")
     assert f"runner-up {runner['name']} ({runner['validation']:.4f})" in line
     # what the selection resolves: a 10% holdout would hold 55 positives, so "auto" chose on every one (5 folds)
