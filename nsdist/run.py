@@ -236,8 +236,10 @@ def holdout_split(ds: Dataset, fraction: float) -> tuple[Dataset, Dataset]:
     n = len(ds.partitions)
     m = ceil9(fraction * n)
     if n < 2 or m >= n:
-        raise ValueError(f"dataset.holdout={fraction} needs more partitions than {ds.url} has ({n}); "
-                         "ingest it with a smaller rows_per_partition, or give dataset.test_url")
+        enough = next((k for k in range(10, ds.num_rows + 1) if ceil9(fraction * k) < k), None)
+        how = f" ({-(-ds.num_rows // enough)} makes {enough} partitions of its {ds.num_rows} rows)" if enough else ""
+        raise ValueError(f"dataset.holdout={fraction} needs more partitions than {ds.url} has ({n}); ingest it "
+                         f"again with a smaller rows_per_partition{how}, or give dataset.test_url")
     held = {int(i) for i in (np.arange(m) + 0.5) * n // m}
     return (ds.select([i for i in range(n) if i not in held], "train"),
             ds.select(sorted(held), "holdout"))

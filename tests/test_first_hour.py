@@ -117,7 +117,8 @@ def test_ingest_refuses_a_dataset_with_one_class_naming_the_labels_found(tmp_pat
     (["train", "{tmp}/nowhere", "--out", "{tmp}/run"], 1, "no such file or directory"),
     (["train", "{letter}", "--measure", "prec@k"], 2, "measure: k is required for prec@k (--k)"),
     (["train", "{letter}", "--measure", "PAUC"], 2, "got 'PAUC'; did you mean 'pauc'?"),
-    (["train", "{letter}", "--holdout", "0.97", "--out", "{tmp}/run"], 1, "needs more partitions"),
+    (["train", "{letter}", "--holdout", "0.97", "--out", "{tmp}/run"], 1,
+     "has (20); ingest it again with a smaller rows_per_partition (589 makes 34 partitions of its 20000 rows)"),
 ])
 def test_bad_arguments_fail_before_a_cluster_starts(args, code, needle, letter, tmp_path, reliability):
     """No scheduler is given: a cluster would start (seconds) and print its dashboard before failing."""
