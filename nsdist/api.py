@@ -30,7 +30,7 @@ from .engine.folds import fold_tasks
 from .engine.holdout import (WorkerSample, check_classes, class_counts, gather_validation, last_partitions,
                              plan_holdout, sample_partitions)
 from .engine.reservoir import sample_reservoir, scaled_reservoir
-from .data.scoring import file_input_format
+from .data.scoring import csv_names, file_input_format
 from .engine.scores import evaluate_sparse_input, evaluate_table_input
 from .model import LinearModel, load_model
 from .solvers.config import AUTO_FOLDS, FEW_POSITIVES, TrainConfig, mean_sq_norm
@@ -628,6 +628,8 @@ def evaluate(model: LinearModel | str, dataset: str | Dataset, *, client=None, l
     if format not in (None, "svmlight", "csv", "parquet"):
         raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
     kind = file_input_format(dataset, storage_options, format) if isinstance(dataset, str) else None
+    if kind == "csv":
+        label_column, _, drop = csv_names(dataset, storage_options, label_column, (), drop)
     if kind is not None:        # a file scored here (a Parquet dataset is opened once, below)
         score = evaluate_sparse_input if kind == "svmlight" else evaluate_table_input
         return score(model, dataset, beta=beta or 0.1, k=k, threshold=threshold, label_column=label_column,
@@ -682,13 +684,15 @@ def predict(model: LinearModel | str, src: str | Dataset, dst: str, *, client=No
         raise ValueError(f"format must be 'svmlight', 'csv', 'parquet' or None, got {format!r}")
     if label_column is None:
         label_column = src.schema.label if isinstance(src, Dataset) else "label"
+    kind = None if isinstance(src, Dataset) else file_input_format(src, storage_options, format)
+    if kind == "csv":
+        label_column, keep, drop = csv_names(src, storage_options, label_column, keep, drop)
     how = dict(label_column=label_column, keep=list(keep), drop=list(drop), threshold=float(threshold),
                storage_options=storage_options)
     t0 = time.perf_counter()
     if output_format(dst) is not None:
         rows = write_scores(model, src, dst, format=format, **how)
         return {"rows": rows, "files": None, "output": dst, "seconds": time.perf_counter() - t0}
-    kind = None if isinstance(src, Dataset) else file_input_format(src, storage_options, format)
     if kind is not None:
         raise ValueError(f"{src} is a {kind} file, scored in this process into one file: name a .parquet or .csv "
                          f"output instead of the directory {dst}")

@@ -37,6 +37,7 @@ log = logging.getLogger("nsdist")
 SCHEDULER_HELP = ("address of a running Dask scheduler (tcp://host:8786); default: $DASK_SCHEDULER_ADDRESS, "
                   "else an embedded LocalCluster starts and its dashboard link is printed")
 NO_PROGRESS_HELP = "no progress bar (it is off when stderr is not a terminal)"
+CSV_POSITION = "a CSV's columns: a name, or a 0-based position (col0, col1, ... without a header line)"
 DROP_HELP = "a column that is neither a feature nor the label (an id, a timestamp): left out, never read (repeatable)"
 
 #: ``nsdist train`` shorthands: (option, job key, metavar, help); each is a ``--set KEY=VALUE``
@@ -137,12 +138,11 @@ def _add_ingest(sub) -> None:
     p.add_argument("--negative", action="append", metavar="VALUE",
                    help="a label value of the negative class (repeatable); rows with other labels are dropped")
     p.add_argument("--categorical", action="append", default=[], metavar="COL",
-                   help="a CSV or Parquet column to one-hot encode (repeatable; a CSV's: a name or a 0-based "
-                   "position)")
+                   help=f"a CSV or Parquet column to one-hot encode (repeatable); {CSV_POSITION}")
     p.add_argument("--feature-column", action="append", metavar="COL",
                    help="Parquet: a feature column (repeatable, in order; default: every column but the label)")
     p.add_argument("--drop", action="append", default=[], metavar="COL",
-                   help=f"CSV or Parquet: {DROP_HELP}; a CSV's: a name or a 0-based position")
+                   help=f"CSV or Parquet: {DROP_HELP}; {CSV_POSITION}")
     p.add_argument("--categories-of", metavar="DATASET",
                    help="CSV or Parquet: one-hot encode the columns a dataset ingested before encoded, with its "
                    "categories (a value it never saw: all zeros), so that a test set gets the training set's features")
@@ -215,7 +215,8 @@ def _add_evaluate(sub) -> None:
                                         "guess_passwd."))
     p.add_argument("model", help="model directory (or a run directory holding model/)")
     p.add_argument("dataset", help="Parquet dataset URL, an svmlight file or a .csv file (.gz/.bz2/.xz ok)")
-    p.add_argument("--label-column", default="label", metavar="COL", help="label column (default: label)")
+    p.add_argument("--label-column", default="label", metavar="COL",
+                   help=f"label column (default: label); {CSV_POSITION}")
     p.add_argument("--drop", action="append", default=[], metavar="COL", help=DROP_HELP)
     p.add_argument("--positive", action="append", metavar="VALUE",
                    help="a label value of the positive class as stored (class names: --positive fraud; "
@@ -253,7 +254,8 @@ def _add_predict(sub) -> None:
                    "(.gz/.bz2/.xz ok; feature j is index j+1)")
     p.add_argument("output", help="a .parquet or .csv file (scored here), or a directory (scored on the cluster)")
     p.add_argument("--label-column", default="label", metavar="COL",
-                   help="label column: not a feature; copied to the output when present (default: label)")
+                   help=f"label column: not a feature; copied to the output when present (default: label); "
+                   f"{CSV_POSITION}")
     p.add_argument("--keep", action="append", default=[], metavar="COL",
                    help="copy this column (an id ...) to the output; not a feature (repeatable)")
     p.add_argument("--drop", action="append", default=[], metavar="COL", help=DROP_HELP)

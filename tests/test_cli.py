@@ -447,7 +447,8 @@ def test_column_positions_on_the_command_line_are_positions_unless_a_column_has_
     """The command line gives every column as text: ``--label-column 41 --categorical 1 ... --drop 0`` of a CSV
     without a header (kddcup99's real rows) are positions, as the same integers given to ``nsdist.ingest``; a
     header naming a column ``1`` makes ``--categorical 1`` that column; pandas' Parquet of unnamed columns
-    (``'0' .. '3'``) ingests with ``--label-column 3`` (it was refused: "must be a column name")."""
+    (``'0' .. '3'``) ingests with ``--label-column 3`` (it was refused: "must be a column name"); ``evaluate``
+    and ``predict`` of the CSV take its columns by position as well, to the same numbers and bytes as by name."""
     import gzip
 
     from nsdist import ingest
@@ -466,9 +467,18 @@ def test_column_positions_on_the_command_line_are_positions_unless_a_column_has_
     for i in range(len(api.partitions)):
         for a, b in zip(cli.read_partition(i), api.read_partition(i)):
             np.testing.assert_array_equal(a, b)
-    (tmp_path / "named.csv").write_text("a,1,label\n0.5,x,1\n0.1,y,-1\n0.3,x,-1\n")
-    ok(nsdist("ingest", tmp_path / "named.csv", tmp_path / "named", "--header", "--categorical", 1, env=env))
-    assert Dataset.open(tmp_path / "named").feature_names == ["a", "1=x", "1=y"]
+    ok(nsdist("train", tmp_path / "cli", "--n-passes", 1, "--out", tmp_path / "run", "--no-progress", env=env))
+    for how, given in (("at", ["--label-column", 41, "--drop", 0]), ("named", ["--label-column", "col41", "--drop",
+                                                                              "col0"])):
+        ok(nsdist("evaluate", tmp_path / "run", tmp_path / "kdd.csv", *given, "--positive", "normal.", "--out",
+                  tmp_path / f"{how}.json", env=env))
+        ok(nsdist("predict", tmp_path / "run", tmp_path / "kdd.csv", tmp_path / f"{how}.csv", *given, env=env))
+    assert json.loads((tmp_path / "at.json").read_text()) == json.loads((tmp_path / "named.json").read_text())
+    assert (tmp_path / "at.csv").read_bytes() == (tmp_path / "named.csv").read_bytes()
+    assert (tmp_path / "at.csv").read_text().splitlines()[0] == '"col41","score","prediction"'
+    (tmp_path / "header.csv").write_text("a,1,label\n0.5,x,1\n0.1,y,-1\n0.3,x,-1\n")
+    ok(nsdist("ingest", tmp_path / "header.csv", tmp_path / "header", "--header", "--categorical", 1, env=env))
+    assert Dataset.open(tmp_path / "header").feature_names == ["a", "1=x", "1=y"]
     rng = np.random.default_rng(3)
     frame = pd.DataFrame(rng.normal(size=(400, 3))).assign(label=(rng.random(400) < 0.2).astype(int))
     frame.columns = [str(c) for c in range(4)]
