@@ -214,7 +214,11 @@ class RegistryLock:
         return isinstance(self.fs, LocalFileSystem)
 
     def __enter__(self) -> "RegistryLock":
-        self.acquire()
+        try:
+            self.acquire()
+        except BaseException:      # interrupted (Ctrl-C, SIGTERM) once the lock was written, before the ``with``
+            self.release()         # began: nothing else would remove it (another run's lock is left alone)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

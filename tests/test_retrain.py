@@ -339,6 +339,36 @@ def test_lock_is_exclusive_and_names_its_holder(tmp_path):
     assert not (tmp_path / "reg" / "LOCK").exists()
 
 
+def test_a_lock_interrupted_as_it_is_taken_is_released(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (raised as an exception in the main thread) landing after ``LOCK`` was written but
+    before the ``with`` began: the lock is removed on the way out (it was left, and a run on another host was
+    refused until it went stale: CI saw a SIGTERMed run exit 143 with its lock in place); a lock another run
+    holds is left alone."""
+    from nsdist.registry import RegistryLock
+
+    reg = Registry(str(tmp_path / "reg"))
+    create = RegistryLock._create
+
+    def interrupted(self, path, data):
+        assert create(self, path, data)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RegistryLock, "_create", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with reg.lock(stale_after=3600):
+            pass
+    assert not (tmp_path / "reg" / "LOCK").exists()
+    monkeypatch.setattr(RegistryLock, "_create", create)
+    with reg.lock(stale_after=3600):
+        monkeypatch.setattr(RegistryLock, "acquire", lambda self: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            with reg.lock(stale_after=3600):
+                pass
+        assert (tmp_path / "reg" / "LOCK").exists()          # the first lock's: not the interrupted one's
+        monkeypatch.undo()
+    assert not (tmp_path / "reg" / "LOCK").exists()
+
+
 def test_stale_locks_are_broken_fresh_foreign_ones_are_not(tmp_path):
     path = tmp_path / "LOCK"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
