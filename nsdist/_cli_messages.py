@@ -24,12 +24,12 @@ def one_line(exc: BaseException) -> str:
 
 #: API keyword -> job key, for messages of ``train`` and ``retrain`` (``pass label_column=`` ...)
 JOB_KEYS = {"label_column": "dataset.label_column", "feature_columns": "dataset.feature_columns",
-             "positive": "dataset.positive", "drop": "dataset.drop",
-             "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
-             "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
-             "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",
-             "radius": "solver.radius", "random_state": "solver.random_state", "prefetch": "cluster.prefetch",
-             "n_chains": "cluster.n_chains", "validation_fraction": "solver.validation_fraction"}
+            "positive": "dataset.positive", "drop": "dataset.drop",
+            "storage_options": "dataset.storage_options", "standardize": "dataset.standardize",
+            "beta": "measure.beta", "k": "measure.k", "threshold": "measure.threshold",
+            "eta": "solver.eta", "buffer_size": "solver.buffer_size", "n_passes": "solver.n_passes",
+            "radius": "solver.radius", "random_state": "solver.random_state", "prefetch": "cluster.prefetch",
+            "n_chains": "cluster.n_chains", "validation_fraction": "solver.validation_fraction"}
 
 
 def cli_names(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[str, str | None, bool]]:

@@ -303,11 +303,18 @@ def _split_fields(text: str, where: str) -> list[str]:
         raise ValueError(f"{where}: malformed CSV ({exc})") from None
 
 
+def is_position(column: int | str, names: Sequence[str]) -> bool:
+    """Whether ``column`` gives a column by its position: an integer, or a text that is no column's name but an
+    integer (``"3"``, as a command line gives it)."""
+    if isinstance(column, str):
+        return column not in names and column.lstrip("-").isdigit()
+    return isinstance(column, (int, np.integer)) and not isinstance(column, bool)
+
+
 def _resolve_column(column: int | str, names: Sequence[str], what: str, source: str) -> int:
-    """Index of a column given by name or integer position (negative counts from the end); a text that is no
-    column's name but an integer (``"3"``, as a command line gives it) is a position."""
+    """Index of a column given by name or position (:func:`is_position`; negative counts from the end)."""
     m = len(names)
-    if isinstance(column, str) and column not in names and column.lstrip("-").isdigit():
+    if isinstance(column, str) and is_position(column, names):
         column = int(column)
     if isinstance(column, (int, np.integer)) and not isinstance(column, bool):
         if not -m <= column < m:

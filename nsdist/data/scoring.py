@@ -184,18 +184,15 @@ def csv_names(src: str, storage_options: Mapping[str, Any] | None, label_column:
     """``label_column``, ``keep`` and ``drop`` of a CSV file with its columns given by position -- an integer, or
     its text (``"41"``, as a command line gives it) that is no column's name -- as their names (``col41`` in a
     file without a header line), as ingest takes a CSV's columns; names as given."""
-    from nsdist.data.readers import CsvLayout
+    from nsdist.data.readers import CsvLayout, is_position
 
-    def position(column: int | str) -> bool:
-        return isinstance(column, int) or column.lstrip("-").isdigit()
-
-    if not any(position(c) for c in (label_column, *keep, *drop)):      # names: the file is read where scored
+    if not any(is_position(c, ()) for c in (label_column, *keep, *drop)):  # names: read where the file is scored
         return label_column, list(keep), list(drop)
     fs, path = resolve(src, storage_options)
     layout = CsvLayout.detect(fs, path, label_column=0)          # the names, header line or not
 
     def name(column: int | str) -> str:
-        return layout.names[layout.index(column)] if position(column) and column not in layout.names else column
+        return layout.names[layout.index(column)] if is_position(column, layout.names) else column
 
     return name(label_column), [name(c) for c in keep], [name(c) for c in drop]
 
