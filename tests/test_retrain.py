@@ -342,8 +342,8 @@ def test_lock_is_exclusive_and_names_its_holder(tmp_path):
 def test_a_lock_interrupted_as_it_is_taken_is_released(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM (raised as an exception in the main thread) landing after ``LOCK`` was written but
     before the ``with`` began: the lock is removed on the way out (it was left, and a run on another host was
-    refused until it went stale: CI saw a SIGTERMed run exit 143 with its lock in place); a lock another run
-    holds is left alone."""
+    refused until it went stale: CI saw a SIGTERMed run exit 143 with its lock in place), and one interrupted
+    while it is written is not left empty; a lock another run holds is left alone."""
     from nsdist.registry import RegistryLock
 
     reg = Registry(str(tmp_path / "reg"))
@@ -367,6 +367,19 @@ def test_a_lock_interrupted_as_it_is_taken_is_released(tmp_path, monkeypatch):
         assert (tmp_path / "reg" / "LOCK").exists()          # the first lock's: not the interrupted one's
         monkeypatch.undo()
     assert not (tmp_path / "reg" / "LOCK").exists()
+    import nsdist.data.fs as fs_module                       # ... and while LOCK is being written: not left empty
+
+    def fdopen(fd, mode):            # created, nothing written yet
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fs_module.os, "fdopen", fdopen)
+    with pytest.raises(KeyboardInterrupt):
+        with reg.lock(stale_after=3600):
+            pass
+    monkeypatch.undo()
+    assert not (tmp_path / "reg" / "LOCK").exists()
+    with reg.lock(stale_after=3600):
+        assert json.loads((tmp_path / "reg" / "LOCK").read_text())["pid"] == os.getpid()
 
 
 def test_stale_locks_are_broken_fresh_foreign_ones_are_not(tmp_path):

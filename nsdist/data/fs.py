@@ -401,10 +401,14 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool | N
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:       # interrupted (Ctrl-C, SIGTERM) or failed while writing: not left empty
+            os.unlink(path)
+            raise
         return True
     atomic = isinstance(fs, MemoryFileSystem) or "s3" in _protocols(fs)
     with access(fs, path, "write"):
