@@ -28,6 +28,7 @@ from nsdist.engine import chain as chain_module
 from nsdist.engine.chain import (CACHE_KEY, CACHE_SHARE, FUSE_KEY, FUSE_PARTITION_BYTES, ChainConfig,
                                  PartitionChain, cache_fits, fused_rows)
 from nsdist.engine.evaluate import sortable_keys
+from nsdist.engine.ring import RING_KEY
 from nsdist.model import LinearModel
 from nsdist.solvers.config import TrainConfig
 from nsdist.solvers.kernel import SGDState
@@ -68,21 +69,30 @@ def letter():
     return letter_arrays()
 
 
+def letter_by_rows(root: Path, letter: tuple[np.ndarray, np.ndarray], rows_per_file: int):
+    """Letter's first 16000 rows in files of ``rows_per_file`` rows: ``(url, X, y)``."""
+    X, y = letter[0][:16000], letter[1][:16000]
+    return write_parquet(root, X, y, rows_per_file=rows_per_file), X, y
+
+
+def letter_by_negatives(root: Path, letter: tuple[np.ndarray, np.ndarray], files: int, negatives_per_file: int):
+    """Letter's first rows in ``files`` files of exactly ``negatives_per_file`` negatives each: ``(url, X, y)``."""
+    X, y = letter
+    n = int(np.searchsorted(np.cumsum(y < 0), files * negatives_per_file)) + 1
+    X, y = X[:n], y[:n]
+    return write_parquet(root, X, y, bounds=negative_aligned_bounds(y, negatives_per_file)), X, y
+
+
 @pytest.fixture(scope="module")
 def letter_parquet(tmp_path_factory, letter):
     """Four files of 4000 rows: 1PMB's epochs of 500 never straddle a file."""
-    X, y = letter
-    X, y = X[:16000], y[:16000]
-    return write_parquet(tmp_path_factory.mktemp("letter"), X, y, rows_per_file=4000), X, y
+    return letter_by_rows(tmp_path_factory.mktemp("letter"), letter, 4000)
 
 
 @pytest.fixture(scope="module")
 def letter_parquet_2pmb(tmp_path_factory, letter):
     """Files of exactly 3500 negatives each: 2PMB's epochs of 500 negatives never straddle a file."""
-    X, y = letter
-    n = int(np.searchsorted(np.cumsum(y < 0), 4 * 3500)) + 1
-    X, y = X[:n], y[:n]
-    return write_parquet(tmp_path_factory.mktemp("letter2"), X, y, bounds=negative_aligned_bounds(y, 3500)), X, y
+    return letter_by_negatives(tmp_path_factory.mktemp("letter2"), letter, 4, 3500)
 
 
 @pytest.fixture(scope="module")
@@ -637,7 +647,11 @@ def test_partition_cache_reads_each_file_once_and_gives_the_same_model(cluster, 
     since = cluster.run_on_scheduler(time.time)
     one_pass = train(url, client=cluster, **{**params, "n_passes": 1})    # nothing read twice: nothing kept
     assert one_pass.history["passes"] == 1 and computed("nsdist-cached-", since) == []
-    assert len(computed("nsdist-load-", since)) == 4
+    assert len(computed("nsdist-ring-", since)) == 4 and computed("nsdist-load-", since) == []   # §The ring
+    since = cluster.run_on_scheduler(time.time)
+    with dask.config.set({RING_KEY: False}):
+        train(url, client=cluster, **{**params, "n_passes": 1})
+    assert len(computed("nsdist-load-", since)) == 4 and computed("nsdist-ring-", since) == []
 
 
 def test_partition_cache_of_sparse_rows_reads_each_file_once_and_gives_the_same_model(cluster, tmp_path):
@@ -684,13 +698,14 @@ def test_a_load_leaves_the_thread_pool_in_the_sequential_chain_only(cluster, tmp
     cache (every pass's, the cache on) secedes from its worker's thread pool, so that a ready step need not
     wait behind it; a load that reads its file (the cache off) keeps its slot, and so do the steps, a fused
     group, which loads inside its own task, and the loads of data-parallel rounds, which step on every worker
-    at once.  The sequential chain's model is the estimator's either way."""
+    at once.  The sequential chain's model is the estimator's either way.  (A job that reads every file each
+    pass runs as a ring by default, which loads inside its steps -- docs/engine.md §The ring; here it is off.)"""
     X, y = letter[0][:8000], letter[1][:8000]
     url = write_parquet(tmp_path / "d", X, y, rows_per_file=2000)
     params = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=2, buffer_size=500, shuffle=False,
                   standardize=False, random_state=1)     # epochs within partitions: the estimator's model
     since = min(cluster.run(time.time).values())
-    with dask.config.set({FUSE_KEY: mode == "fused", CACHE_KEY: mode != "uncached"}):
+    with dask.config.set({FUSE_KEY: mode == "fused", CACHE_KEY: mode != "uncached", RING_KEY: False}):
         model = train(url, client=cluster, n_chains=2 if mode == "rounds" else 1, **params)
     ran = {}
     for tasks in cluster.run(_long_running, since=since).values():

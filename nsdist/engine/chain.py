@@ -39,7 +39,7 @@ from dask.base import tokenize
 from dask.sizeof import sizeof
 from distributed import Client, Future, secede
 
-from .._faults import MAX_RESTARTS, cancel_quietly, is_transient
+from .._faults import MAX_RESTARTS, WorkLost, cancel_quietly, is_transient
 from .._sparse import issparse
 from .._threads import on_one_blas_thread
 from ..data import Dataset
@@ -49,11 +49,12 @@ from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_s
 from ..solvers.plan import Holdout, Step, block_rows, ends_pass
 from .cluster import direct_to_workers, fetch
 from .reservoir import Reservoir
+from .ring import RING_KEY, RingMailbox, ring_slots, send_state, take_state
 from .scaling import Scaling
 
 __all__ = ["ChainConfig", "PartitionChain", "ChainProgress", "load_block", "load_task", "read_cached", "step_block",
-           "step_group", "mix_round", "state_bytes", "with_alive", "segment_change", "zero_state", "cache_fits",
-           "fused_rows", "CACHE_SHARE", "CACHE_KEY", "FUSE_KEY", "FUSE_PARTITION_BYTES", "FUSE_GROUP_BYTES"]
+           "step_group", "ring_step", "mix_round", "state_bytes", "with_alive", "segment_change", "zero_state",
+           "cache_fits", "fused_rows", "CACHE_SHARE", "CACHE_KEY", "FUSE_KEY", "FUSE_PARTITION_BYTES", "FUSE_GROUP_BYTES"]
 
 log = logging.getLogger("nsdist.engine")
 
@@ -130,12 +131,13 @@ def read_cached(dataset: Dataset, partition: int, cfg: ChainConfig) -> tuple[np.
     return dataset.read_block(partition, dtype=cfg.dtype, scaling=cfg.scaling)
 
 
-Handed = SGDState | tuple[SGDState, np.ndarray] | list[tuple[SGDState, np.ndarray]]
+Handed = (SGDState | tuple[SGDState, np.ndarray] | tuple[SGDState, np.ndarray, np.ndarray]
+          | list[tuple[SGDState, np.ndarray]])
 
 
 def _state_of(handed: Handed) -> SGDState:
-    """The state a step hands on: a segment's starting state, a step's ``(state, stats)`` or the last of a
-    group's (:func:`step_group`)."""
+    """The state a step hands on: a segment's starting state, a step's ``(state, stats)`` (a ring step's
+    ``(state, stats, timings)``, :func:`ring_step`) or the last of a group's (:func:`step_group`)."""
     if isinstance(handed, list):
         handed = handed[-1]
     return handed[0] if isinstance(handed, tuple) else handed
@@ -173,6 +175,28 @@ def step_group(handed: Handed, dataset: Dataset, cfg: ChainConfig, reservoir: Re
         block = rows if file_order else load_block(dataset, partition, pass_index, cfg, None, file_order, rows)
         out.append(step_block(out[-1] if out else handed, block, cfg, reservoir, last))
     return out
+
+
+def ring_step(start: SGDState | None, ring: str, step: int, following: str | None, dataset: Dataset,
+              cfg: ChainConfig, reservoir: Reservoir | None, partition: int, pass_index: int, last_of_pass: bool,
+              file_order: bool) -> tuple[SGDState, np.ndarray, np.ndarray]:
+    """Step ``step`` of the chain in the ring (runs on its slot's worker; :mod:`nsdist.engine.ring`):
+    :func:`load_block`, then the state -- ``start``, or the one the step before sent to this worker's mailbox --,
+    :func:`step_block`, and the new state sent to the worker of the step that follows (``following``; None:
+    the ring's last step, whose result the next task takes as a dependency).  The very calls of a load task and
+    a step task, so the same states to the bit.  Returns ``(state, stats, timings)``
+    (:data:`~nsdist.engine.ring.TIMINGS`)."""
+    t0 = time.time()
+    block = load_block(dataset, partition, pass_index, cfg, None, file_order)
+    t1 = time.time()
+    start, arrived = (start, t1) if start is not None else take_state(ring, step)
+    t2 = time.time()
+    state, stats = step_block(start, block, cfg, reservoir, last_of_pass)
+    t3 = time.time()
+    del block
+    if following is not None:
+        send_state(following, ring, step + 1, state)
+    return state, stats, np.array([t0, t1, arrived, t2, t3])
 
 
 def with_alive(handed: Handed, alive: np.ndarray, keep: np.ndarray) -> SGDState:
@@ -252,6 +276,9 @@ class ChainProgress:
     the candidates training.  A wide model's state
     (:data:`GATHER_BYTES`) stays on the cluster until ``state`` is read, and is
     fetched (or, at a segment's end, copied) then: read it during the callback.
+    ``timings``: for a step run in the ring (:mod:`nsdist.engine.ring`), the wall-clock times of its
+    :data:`~nsdist.engine.ring.TIMINGS` (its load's start and end, its state's arrival, its step's start and
+    end), else None.
     ``unit`` is ``"partition"``; K-fold selection, which streams no partition,
     reports each check of its folds' lockstep with ``unit="check"`` (``step``: the
     check, ``n_steps``: the checks planned -- early stopping ends sooner --,
@@ -259,12 +286,13 @@ class ChainProgress:
     """
 
     __slots__ = ("step", "n_steps", "pass_index", "partition", "rows_seen", "loss", "elapsed", "unit", "best",
-                 "alive", "_state", "_fetch")
+                 "alive", "timings", "_state", "_fetch")
 
     def __init__(self, step: int, n_steps: int, pass_index: int, partition: int, rows_seen: int, loss: float,
                  elapsed: float, state: SGDState | None = None, fetch: Callable[[], SGDState] | None = None,
-                 unit: str = "partition") -> None:
+                 unit: str = "partition", timings: np.ndarray | None = None) -> None:
         self.step, self.n_steps, self.pass_index, self.partition = step, n_steps, pass_index, partition
+        self.timings = timings
         self.rows_seen, self.loss, self.elapsed, self.unit = rows_seen, loss, elapsed, unit
         self.best: float | None = None
         self.alive: int | None = None
@@ -325,6 +353,13 @@ def cache_fits(client: Client, nbytes: int) -> bool:
         return False
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
     return bool(limits) and all(limits) and nbytes <= CACHE_SHARE * sum(limits)
+
+
+#: ring steps (:func:`ring_step`) run before the chain's other tasks on their worker, and in step order: their
+#: priority is this plus the steps left in the ring
+RING_PRIORITY = 4
+#: how often the driver, waiting for a ring step, looks whether the ring's workers are all still there
+RING_WATCH_SECONDS = 0.5
 
 
 #: seconds :meth:`PartitionChain.release` waits for a fused group submitted ahead of a check that stopped the job
@@ -460,6 +495,8 @@ class PartitionChain:
         self._next: tuple[Future, int, int] | None = None
         self._state: SGDState | None = None
         self._job: str | None = None     # the job's token: the dataset and the config (fixed for the chain)
+        self._rings = 0                  # rings started (each attempt's keys and mailbox entries its own)
+        self._mailboxes = False          # the workers have their ring mailboxes (RingMailbox registered)
         ends = list(range(len(self.steps))) if self.round_ends is None else list(self.round_ends)
         self._round_end = dict(zip([0] + [e + 1 for e in ends[:-1]], ends))    # round start -> end
 
@@ -615,6 +652,19 @@ class PartitionChain:
         # worker, which comes to hold them all (the reads spread over the workers; each is sent there once)
         fused = self.fused if self.cache and self._gather and per_round == 1 and not self.keep_loads else 0
         on_home = dict(workers=[min(workers)], allow_other_workers=True) if fused and workers else {}
+        # the ring (a narrow state, one chain, no cache): each step a task pinned to its slot, which the step before
+        # sends the state to (nsdist.engine.ring) -- up to the first step whose block is kept for the cut.  Its
+        # steps load their own blocks, so it runs a segment that ends the plan and has no loads submitted ahead
+        # for it (a segment after a check starts on those: dependent steps keep it from stalling on a load)
+        ringed = self._gather and per_round == 1 and not self.cache and not ahead and self._stop == len(steps)
+        slots = self._ring_slots(workers, depth + 1) if ringed else []
+        ring_start, ring_stop = self._pos, self._pos
+        if slots:
+            ring_stop = min((k for k in self.keep_loads if self._pos <= k < self._stop), default=self._stop)
+            if ring_stop - ring_start < 2:
+                slots, ring_stop = [], ring_start
+        ring = f"{token}-{self._rings}"
+        self._rings += 1
 
         def group(first: int, stop: int, after: Future | SGDState) -> tuple[int, Future]:
             end = self._group_end(first, stop, fused)
@@ -645,10 +695,35 @@ class PartitionChain:
         gates: deque[Future] = deque(self._gates[1] if self._gates[0] == self._pos else (),
                                      maxlen=min(depth + 1, threads or depth + 1))
         self._gates = (None, [])
+
+        def loads_ahead() -> None:
+            """The next segment's first loads, each behind the gate it would have (and a wide state's first step)."""
+            gated = list(gates) if len(gates) == gates.maxlen else []
+            self._gates = (nxt, list(gates))
+            self._ahead = [self._load(ds, spec, j, gated[k] if k < len(gated) else None, file_order, load_token)
+                           for k, j in enumerate(range(nxt, min(nxt + depth * per_round, len(steps))))]
+            if not self._gather and per_round == 1 and self._ahead and self._steady:
+                self._step_ahead(prev, st, start, cols, job, spec)
+
         try:
             while self._pos < self._stop:
                 # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
-                while nxt < self._stop and len(inflight) <= depth:
+                while nxt < self._stop and len(inflight) <= (depth if nxt >= ring_stop else
+                                                              max(depth, 2 * len(slots) - 1)):
+                    if nxt < ring_stop:     # no dependency on the step before: its state comes by message
+                        k = nxt - ring_start
+                        prev = client.submit(ring_step, st if nxt == ring_start else None, ring, nxt,
+                                             slots[(k + 1) % len(slots)] if nxt + 1 < ring_stop else None, ds, spec,
+                                             self._res_future, steps[nxt].block, steps[nxt].pass_index,
+                                             ends_pass(steps, nxt), file_order, key=f"nsdist-ring-{ring}-{nxt}",
+                                             workers=[slots[k % len(slots)]], allow_other_workers=False,
+                                             priority=RING_PRIORITY + ring_stop - nxt)
+                        inflight.append((nxt, prev, [prev], None))
+                        nxt += 1
+                        self._submitted(nxt, prev)
+                        if nxt == self._stop:
+                            loads_ahead()
+                        continue
                     if fused:
                         end, prev = group(nxt, self._stop, prev)
                         fused_step(end, prev)
@@ -690,24 +765,18 @@ class PartitionChain:
                         gates.append(new_gate)
                     nxt = end + 1
                     self._submitted(nxt, prev)
-                    if nxt == self._stop:     # the next segment's first loads, each behind the gate it would have
-                        gated = list(gates) if len(gates) == gates.maxlen else []
-                        self._gates = (nxt, list(gates))
-                        self._ahead = [self._load(ds, spec, j, gated[k] if k < len(gated) else None, file_order,
-                                                  load_token)
-                                       for k, j in enumerate(range(nxt, min(nxt + depth * per_round, len(steps))))]
-                        if not self._gather and per_round == 1 and self._ahead and self._steady:
-                            self._step_ahead(prev, st, start, cols, job, spec)
+                    if nxt == self._stop:
+                        loads_ahead()
                 ahead = []          # the steps that use them hold them now (a held block counts against prefetch)
                 i, fut, _, summary = inflight[0]
                 if summary is None or i + 1 == self._stop:
                     if summary is None:
-                        done = fetch(client, fut, direct)
+                        done = self._fetch_ring(fut, slots, direct) if i < ring_stop else fetch(client, fut, direct)
                         if isinstance(done, list):      # a fused group's steps: all but its last reported here
                             for k, (state, stats) in enumerate(done[:-1], start=i + 1 - len(done)):
                                 self._report(k, stats, state.rows_seen, state, None)
                             done = done[-1]
-                        state, stats = done
+                        state, stats, *timings = done       # (a ring step's timings too)
                     else:           # the state the segment started from, with what the segment changed;
                         # widened into that state's arrays: the chain holds it, and what it handed out is not
                         # kept (the checks and checkpoints copy what they keep; on_step is handed a copy)
@@ -719,7 +788,7 @@ class PartitionChain:
                         self._tail = (fut, state, cols)
                         self._report(i, stats, state.rows_seen, None, state.copy)     # ... the next one widens it
                     else:
-                        self._report(i, stats, state.rows_seen, state, None)
+                        self._report(i, stats, state.rows_seen, state, None, *timings)
                 else:
                     stats, rows_seen = summary.result()
                     inflight.popleft()
@@ -734,6 +803,33 @@ class PartitionChain:
             self._stepped = []
             cancel_quietly(client, [g for _, f, parts, summary in inflight for g in (f, *parts, summary)] + ahead)
             raise
+
+    def _ring_slots(self, workers: dict[str, dict], n: int) -> list[str]:
+        """The ring's slots on ``workers`` (:func:`~nsdist.engine.ring.ring_slots`, at most ``n``), their
+        mailboxes set up once a chain; none when :data:`~nsdist.engine.ring.RING_KEY` is False or the
+        workers cannot take the plugin."""
+        slots = ring_slots(workers, n) if dask.config.get(RING_KEY, True) else []
+        if slots and not self._mailboxes:
+            try:
+                self.client.register_plugin(RingMailbox(), name=RingMailbox.name)
+            except Exception as exc:  # (a cluster that refuses plugins: hand the states on as dependent tasks)
+                log.info("the chain's ring is off: its workers' mailboxes could not be set up (%s)", exc)
+                return []
+            self._mailboxes = True
+        return slots
+
+    def _fetch_ring(self, fut: Future, slots: list[str], direct: bool) -> tuple[SGDState, np.ndarray, np.ndarray]:
+        """A ring step's result.  :class:`~nsdist._faults.WorkLost` if a slot's worker left meanwhile: the
+        steps pinned to it would never run, and the steps after them wait for their states (the redo starts
+        from the last step reported, on the workers there are)."""
+        while True:
+            try:        # (a step done on a worker that dies before its result is fetched is lost with it too)
+                return self.client.sync(self.client._gather, [fut], direct=direct or None,
+                                        callback_timeout=RING_WATCH_SECONDS)[0]
+            except TimeoutError:
+                gone = sorted(set(slots) - set(self.client.scheduler_info()["workers"]))
+                if gone:
+                    raise WorkLost(f"worker {gone[0]} of the chain's ring left") from None
 
     def _step_ahead(self, last: Future, st: SGDState, start: SGDState, cols: np.ndarray, job: str,
                     spec: Future) -> None:
@@ -818,9 +914,9 @@ class PartitionChain:
         return end
 
     def _report(self, i: int, stats: np.ndarray, rows_seen: int, state: SGDState | None,
-                fetch: Callable[[], SGDState] | None) -> None:
+                fetch: Callable[[], SGDState] | None, timings: np.ndarray | None = None) -> None:
         """Step ``i`` is done: keep its statistics and call ``on_step`` (once: a step redone after a failure
-        is not reported again -- it computes the same numbers)."""
+        is not reported again -- it computes the same numbers).  ``timings``: a ring step's."""
         if i < self._reported:
             return
         self.stats.append(stats)
@@ -831,7 +927,7 @@ class PartitionChain:
                 step=i + 1, n_steps=len(self.steps), pass_index=self.steps[i].pass_index,
                 partition=self.steps[i].block, rows_seen=rows_seen,
                 loss=float(done["loss"].mean()) if done.size else float("nan"),
-                elapsed=self.elapsed(), state=state, fetch=fetch))
+                elapsed=self.elapsed(), state=state, fetch=fetch, timings=timings))
 
     def elapsed(self) -> float:
         """Seconds of this job so far (a resumed job adds the interrupted run's)."""
