@@ -70,6 +70,7 @@ import pyarrow.parquet as pq
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import dask  # noqa: E402
 from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
 
 import nsdist  # noqa: E402
@@ -336,6 +337,27 @@ def task_stream_stats(data: list[dict]) -> dict:
             "chain_span_s": chain_span, "step_busy_s": sum(compute), "load_busy_s": sum(load)}
 
 
+def ring_stats(timings: list) -> dict:
+    """Per step of the ring (``ChainProgress.timings``, nsdist.engine.ring.TIMINGS): step and load compute, the
+    scheduling latency as for a task stream (the step's start minus the moment the state was made -- the step
+    before ended -- and the block loaded; its worker is free once its own load ends) and the state's transit
+    (the step before's end to the state's arrival in this worker's mailbox: what a step would wait if its
+    block were loaded first).  Empty when no step ran in the ring."""
+    T = np.array([t for t in timings if t is not None])
+    if T.shape[0] < 2:
+        return {}
+    step, load = T[:, 4] - T[:, 3], T[:, 1] - T[:, 0]
+    latency = T[1:, 3] - np.maximum(T[:-1, 4], T[1:, 1])
+    transit, gap = T[1:, 2] - T[:-1, 4], T[1:, 3] - T[:-1, 4]
+    med = lambda a: float(np.median(a))      # noqa: E731
+    return {"ring": True, "steps": int(T.shape[0]), "median_step_ms": 1e3 * med(step),
+            "median_load_ms": 1e3 * med(load), "median_latency_ms": 1e3 * med(latency),
+            "median_transit_ms": 1e3 * med(transit), "median_gap_ms": 1e3 * med(gap),
+            "latency_ratio": med(latency) / med(step), "transit_ratio": med(transit) / med(step),
+            "gap_ratio": med(gap) / med(step), "chain_span_s": float(T[:, 4].max() - T[:, 3].min()),
+            "step_busy_s": float(step.sum()), "load_busy_s": float(load.sum())}
+
+
 def _noop(i):
     return i
 
@@ -358,26 +380,33 @@ def scheduler_rate(client: Client, n: int = 2000) -> dict:
 def part_sched(args, root: Path, res: dict) -> None:
     out = {}
     for tpw in ((1, 2) if ("tpw" in args.parts or args.sched_tpw2) else (1,)):
-        runs = []
-        for _ in range(args.repeats):
-            def one(c):
-                with get_task_stream(c) as ts0:
-                    scan(c, root)
-                per_file = [ss["stop"] - ss["start"] for t in ts0.data for ss in t["startstops"]
-                            if ss["action"] == "compute" and str(t["key"]).startswith("_scan_partition")]
-                with get_task_stream(c) as ts:
-                    r = nsdist_job(c, root, "explicit1", args)
-                st = task_stream_stats(ts.data)
-                st["scan_file_ms"] = 1e3 * statistics.median(per_file) if per_file else None
-                st["whole_seconds"] = r["seconds"]
-                st["scheduler"] = scheduler_rate(c)
-                return st
-            runs.append(measured(args, one, tpw))
-        keys = [k for k in runs[0] if isinstance(runs[0][k], (int, float)) and runs[0][k] is not None]
-        block = {k: statistics.median(r[k] for r in runs) for k in keys}
-        block["scheduler"] = {k: statistics.median(r["scheduler"][k] for r in runs) for k in runs[0]["scheduler"]}
-        out[f"tpw{tpw}"] = block
-        print(f"  sched tpw={tpw}: {block}", flush=True)
+        runs: dict[bool, list] = {True: [], False: []}
+        for rep in range(args.repeats):
+            # the ring (the default) and the chain of dependent step tasks (nsdist.ring off), alternating
+            for ring in ((True, False) if rep % 2 == 0 else (False, True)):
+                def one(c):
+                    with get_task_stream(c) as ts0:
+                        scan(c, root)
+                    per_file = [ss["stop"] - ss["start"] for t in ts0.data for ss in t["startstops"]
+                                if ss["action"] == "compute" and str(t["key"]).startswith("_scan_partition")]
+                    timings: list = []
+                    with get_task_stream(c) as ts, dask.config.set({"nsdist.ring": ring}):
+                        r = nsdist_job(c, root, "explicit1", args, on_step=lambda p: timings.append(p.timings))
+                    st = {"ring": False, **task_stream_stats(ts.data), **ring_stats(timings)}
+                    st["scan_file_ms"] = 1e3 * statistics.median(per_file) if per_file else None
+                    st["whole_seconds"] = r["seconds"]
+                    st["scheduler"] = scheduler_rate(c)
+                    return st
+                runs[ring].append(measured(args, one, tpw))
+        for ring, rs in runs.items():
+            keys = [k for k in rs[0] if isinstance(rs[0][k], (int, float)) and not isinstance(rs[0][k], bool)
+                    and rs[0][k] is not None]
+            block = {k: statistics.median(r[k] for r in rs) for k in keys}
+            block["ring"] = all(r["ring"] for r in rs)
+            block["whole_seconds_runs"] = [r["whole_seconds"] for r in rs]
+            block["scheduler"] = {k: statistics.median(r["scheduler"][k] for r in rs) for k in rs[0]["scheduler"]}
+            out[f"tpw{tpw}" if ring else f"tpw{tpw}_dependent"] = block
+            print(f"  sched tpw={tpw} ring={ring}: {block}", flush=True)
     # data-parallel: mix cost and step/load at K=2
     def dp(c):
         with get_task_stream(c) as ts:
@@ -620,7 +649,8 @@ def part_cost(res: dict, partitions_per_pass: int, prefetch: int = 2) -> None:
     if not sc:
         return
     S, L = sc["median_step_ms"], sc["median_load_ms"]
-    lat = max(sc.get("median_latency_ms") or 0.0, 0.0)
+    # the ring's state transit, which a compute-bound chain waits for (a load-bound one hides it behind a load)
+    lat = max(sc.get("median_transit_ms") or sc.get("median_latency_ms") or 0.0, 0.0)
     sigma = sc["scheduler"]["independent_task_ms"]
     mix = (res["sched"].get("k2") or {}).get("median_mix_ms") or 1.0
     hop = sc["scheduler"]["chained_task_ms"]      # a dependent task's round trip: the per-round floor
@@ -775,23 +805,33 @@ def write_report(r: dict, out: Path, command: str) -> None:
                     L.append(f"| {k} | {t1:.2f} | {t2:.2f} | {t2 / t1:.2f} (per repeat: {per}) |")
             L.append("")
     if "sched" in r:
-        L += ["## Scheduling (task stream of the explicit 1-pass job)", "",
+        L += ["## Scheduling (the explicit 1-pass job, step by step)", "",
               "Per partition: step compute, load compute (read + convert + order + scale), scheduling latency (a "
               "step's start minus the moment its state, its block and its worker were all ready), raw gap between "
-              "consecutive steps.  Scheduler rate: empty tasks, independent (`client.map`) and as a dependent chain "
-              "(one round trip per task).", "",
+              "consecutive steps.  `ring`: the default chain, whose steps take their states from the step before "
+              "by message (docs/engine.md §The ring), timed by the steps themselves (`ChainProgress.timings`); "
+              "`transit`: the state's way from the step before's end to this worker's mailbox, which only a step "
+              "whose block is already loaded waits for.  `dependent`: the same job with `nsdist.ring` off, each "
+              "step a task depending on the step before (Dask's task stream).  Scheduler rate: empty tasks, "
+              "independent (`client.map`) and as a dependent chain (one round trip per task).", "",
               "`scan file ms`: the bare scan's task for one file (read + convert) on the same cluster just before "
               "the job: what `load` would cost without the engine's row order and scaling.", "",
-              "| cluster | steps | step ms | load ms | scan file ms | latency ms | latency / step | gap ms | gap / step | "
-              "empty task ms (indep.) | chained task ms | whole call s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for tpw in ("tpw1", "tpw2"):
+              "| cluster | chain | steps | step ms | load ms | scan file ms | latency ms | latency / step | transit ms "
+              "| transit / step | gap ms | gap / step | empty task ms (indep.) | chained task ms | whole call s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for tpw in ("tpw1", "tpw1_dependent", "tpw2", "tpw2_dependent"):
             s = r["sched"].get(tpw)
             if s:
                 sf = f"{s['scan_file_ms']:.1f}" if s.get("scan_file_ms") else "n/a"
-                L.append(f"| {tpw} | {s['steps']:.0f} | {s['median_step_ms']:.1f} | {s['median_load_ms']:.1f} | {sf} | "
-                         f"{s['median_latency_ms']:.2f} | {s['latency_ratio']:.1%} | {s['median_gap_ms']:.1f} | "
-                         f"{s['gap_ratio']:.0%} | {s['scheduler']['independent_task_ms']:.2f} | "
-                         f"{s['scheduler']['chained_task_ms']:.2f} | {s['whole_seconds']:.2f} |")
+                tr = ("– | –" if s.get("median_transit_ms") is None
+                      else f"{s['median_transit_ms']:.2f} | {s['transit_ratio']:.1%}")
+                chain = "ring" if s.get("ring") else "dependent"
+                L.append(f"| {tpw.split('_')[0]} | {chain} | {s['steps']:.0f} | {s['median_step_ms']:.1f} | "
+                         f"{s['median_load_ms']:.1f} | {sf} | {s['median_latency_ms']:.2f} | "
+                         f"{s['latency_ratio']:.1%} | "
+                         f"{tr} | {s['median_gap_ms']:.1f} | {s['gap_ratio']:.0%} | "
+                         f"{s['scheduler']['independent_task_ms']:.2f} | {s['scheduler']['chained_task_ms']:.2f} | "
+                         f"{s['whole_seconds']:.2f} |")
         k2 = r["sched"].get("k2")
         if k2:
             L += ["", f"K=2 on the same files: step {k2['median_step_ms']:.1f} ms, load {k2['median_load_ms']:.1f} ms, "
