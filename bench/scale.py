@@ -77,6 +77,7 @@ import nsdist  # noqa: E402
 from nsdist import metrics  # noqa: E402
 from nsdist.api import open_dataset, train  # noqa: E402
 from nsdist.data.fs import atomic_write_bytes  # noqa: E402
+from nsdist.engine.ring import RING_KEY  # noqa: E402
 
 ALL_PARTS = ("main", "tpw", "sched", "rss", "dp", "quality", "onefile", "cost")
 SHARED = Path("/work/shared/data")
@@ -390,7 +391,7 @@ def part_sched(args, root: Path, res: dict) -> None:
                     per_file = [ss["stop"] - ss["start"] for t in ts0.data for ss in t["startstops"]
                                 if ss["action"] == "compute" and str(t["key"]).startswith("_scan_partition")]
                     timings: list = []
-                    with get_task_stream(c) as ts, dask.config.set({"nsdist.ring": ring}):
+                    with get_task_stream(c) as ts, dask.config.set({RING_KEY: ring}):
                         r = nsdist_job(c, root, "explicit1", args, on_step=lambda p: timings.append(p.timings))
                     st = {"ring": False, **task_stream_stats(ts.data), **ring_stats(timings)}
                     st["scan_file_ms"] = 1e3 * statistics.median(per_file) if per_file else None
