@@ -8,12 +8,18 @@ command as Ctrl-C does.
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 __all__ = ["Terminated", "terminate_as_interrupt", "TERMINATED_STATUS"]
+
+#: how long after a swallowed SIGTERM it is delivered again: time for the main thread to leave the hook
+REDELIVERY_SECONDS = 0.01
 
 #: the exit status of a command ended by SIGTERM (128 + 15, as a shell reports it)
 TERMINATED_STATUS = 128 + signal.SIGTERM
@@ -30,17 +36,45 @@ def terminate_as_interrupt() -> Iterator[None]:
     directory is removed (:func:`~nsdist.data.fs.staging_directory`), its embedded cluster's worker processes
     are closed and a checkpoint already written stays for ``--resume``.  A second SIGTERM ends the process at
     once (the default action is back once the first is raised).  Outside the main thread (a command run from
-    another thread) signals cannot be caught, and nothing changes."""
+    another thread) signals cannot be caught, and nothing changes.
+
+    Python runs a signal's handler in whatever Python code the main thread is in.  When that is a garbage
+    collector's callback (``distributed`` installs one), a ``__del__`` method or a weakref's callback, the
+    raised exception is only printed ("Exception ignored in ...") and the command would go on to the end.  So
+    the block also takes :data:`sys.unraisablehook`: a swallowed :class:`Terminated` is not printed but delivered
+    again (:func:`_thread.interrupt_main`, from a thread, :data:`REDELIVERY_SECONDS` later) and raised in the
+    next ordinary code the main thread runs, or as the block ends if that comes first."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
+    swallowed = threading.Event()       # a Terminated was only printed, and is to be delivered again
+
     def raise_terminated(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        swallowed.clear()
         raise Terminated()
 
+    def deliver_soon() -> None:
+        # neither from the main thread nor at once: either would run the handler right away, in the hook
+        time.sleep(REDELIVERY_SECONDS)
+        if swallowed.is_set():
+            _thread.interrupt_main(signal.SIGTERM)
+
+    def deliver_again(unraisable) -> None:
+        if isinstance(unraisable.exc_value, Terminated):
+            swallowed.set()
+            signal.signal(signal.SIGTERM, raise_terminated)
+            threading.Thread(target=deliver_soon, name="nsdist-sigterm", daemon=True).start()
+        else:
+            previous_hook(unraisable)
+
     previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, deliver_again
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGTERM, previous)
+    if swallowed.is_set():              # the block ended before the delivery came
+        raise Terminated()

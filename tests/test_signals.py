@@ -1,0 +1,103 @@
+"""SIGTERM as an interrupt (:mod:`nsdist._signals`): raised in the main thread, also when it first lands where
+Python only prints an exception, and a second SIGTERM ends the process at once."""
+from __future__ import annotations
+
+import gc
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from nsdist._signals import TERMINATED_STATUS, Terminated, terminate_as_interrupt
+
+
+def _wait_for_signal() -> None:
+    """Ordinary Python code for a second: where a pending signal's handler runs."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def test_sigterm_raises_terminated_and_the_handler_is_restored():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated):
+        with terminate_as_interrupt():
+            signal.raise_signal(signal.SIGTERM)
+            _wait_for_signal()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("then", ["ordinary code", "the block ends"])
+def test_sigterm_handled_inside_a_gc_callback_is_raised_again(then):
+    """The handler's exception, raised inside a garbage collector's callback (as ``distributed``'s
+    ``GCDiagnosis`` installs), is only printed by Python; the block delivers it again, so the command still
+    unwinds instead of running to its end (a CI run's ingest once did, and replaced the previous dataset).
+    It is raised in the next ordinary code, or as the block ends if the block ends first."""
+    printed = []
+    hook = sys.unraisablehook
+    sent = []
+
+    def callback(phase, info):
+        if phase == "start" and not sent:
+            sent.append(phase)
+            signal.raise_signal(signal.SIGTERM)        # the handler runs here, inside the callback
+
+    reached_end = False
+    gc.callbacks.append(callback)
+    sys.unraisablehook = printed.append
+    try:
+        with pytest.raises(Terminated):
+            with terminate_as_interrupt():
+                gc.collect()
+                if then == "ordinary code":
+                    _wait_for_signal()
+                    reached_end = True
+    finally:
+        gc.callbacks.remove(callback)
+        sys.unraisablehook = hook
+    assert sent == ["start"] and not reached_end
+    assert printed == []                                # not printed as "Exception ignored", and not lost
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_other_unraisable_exceptions_still_reach_the_previous_hook():
+    seen = []
+    hook = sys.unraisablehook
+
+    class Noisy:
+        def __del__(self):
+            raise ValueError("from __del__")
+
+    sys.unraisablehook = seen.append
+    try:
+        with terminate_as_interrupt():
+            Noisy()
+    finally:
+        sys.unraisablehook = hook
+    assert [type(u.exc_value) for u in seen] == [ValueError]
+
+
+def test_a_second_sigterm_ends_the_process_at_once(tmp_path):
+    """The first SIGTERM unwinds; one sent while the command is unwinding (here: a ``finally`` that would
+    take a minute) ends the process by the signal."""
+    script = tmp_path / "second.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time
+        from nsdist._signals import terminate_as_interrupt
+        with terminate_as_interrupt():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)
+            finally:
+                print("unwinding", flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)
+                print("not reached", flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout.split() == ["unwinding"]
+    assert TERMINATED_STATUS == 143
