@@ -4,7 +4,7 @@ A batch scheduler's time limit, ``timeout``, ``kill`` and a stopping container s
 (then, after a grace period, SIGKILL).  Python's default ends the process on the spot: no
 ``finally`` block runs, so a half-written output's staging directory stays beside it and an
 embedded cluster's workers linger.  :func:`terminate_as_interrupt` makes SIGTERM unwind the
-command as Ctrl-C does.
+command as Ctrl-C does, and neither is lost where Python only prints an exception.
 """
 from __future__ import annotations
 
@@ -41,40 +41,49 @@ def terminate_as_interrupt() -> Iterator[None]:
     Python runs a signal's handler in whatever Python code the main thread is in.  When that is a garbage
     collector's callback (``distributed`` installs one), a ``__del__`` method or a weakref's callback, the
     raised exception is only printed ("Exception ignored in ...") and the command would go on to the end.  So
-    the block also takes :data:`sys.unraisablehook`: a swallowed :class:`Terminated` is not printed but delivered
-    again (:func:`_thread.interrupt_main`, from a thread, :data:`REDELIVERY_SECONDS` later) and raised in the
-    next ordinary code the main thread runs, or as the block ends if that comes first."""
+    the block also takes :data:`sys.unraisablehook`: a swallowed :class:`Terminated`, or a swallowed Ctrl-C's
+    :class:`KeyboardInterrupt`, is not printed but delivered again (:func:`_thread.interrupt_main`, from a
+    thread, :data:`REDELIVERY_SECONDS` later) and raised in the next ordinary code the main thread runs, or as
+    the block ends if that comes first."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    swallowed = threading.Event()       # a Terminated was only printed, and is to be delivered again
+    swallowed: set[int] = set()          # the signals whose exception was only printed: to be delivered again
+    ours = {signal.SIGTERM} | ({signal.SIGINT} if signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                               else set())
 
-    def raise_terminated(signum, frame):
+    def interrupt(signum, frame):
+        swallowed.discard(signum)
+        if signum != signal.SIGTERM:
+            raise KeyboardInterrupt()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        swallowed.clear()
         raise Terminated()
 
-    def deliver_soon() -> None:
+    def deliver_soon(signum: int) -> None:
         # neither from the main thread nor at once: either would run the handler right away, in the hook
         time.sleep(REDELIVERY_SECONDS)
-        if swallowed.is_set():
-            _thread.interrupt_main(signal.SIGTERM)
+        if signum in swallowed:
+            _thread.interrupt_main(signum)
 
     def deliver_again(unraisable) -> None:
-        if isinstance(unraisable.exc_value, Terminated):
-            swallowed.set()
-            signal.signal(signal.SIGTERM, raise_terminated)
-            threading.Thread(target=deliver_soon, name="nsdist-sigterm", daemon=True).start()
-        else:
+        exc = unraisable.exc_value
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else \
+            signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None
+        if signum not in ours:
             previous_hook(unraisable)
+            return
+        swallowed.add(signum)
+        signal.signal(signum, interrupt)
+        threading.Thread(target=deliver_soon, args=(signum,), name="nsdist-interrupt", daemon=True).start()
 
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    previous = {signum: signal.signal(signum, interrupt) for signum in ours}
     previous_hook, sys.unraisablehook = sys.unraisablehook, deliver_again
     try:
         yield
     finally:
         sys.unraisablehook = previous_hook
-        signal.signal(signal.SIGTERM, previous)
-    if swallowed.is_set():              # the block ended before the delivery came
-        raise Terminated()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if swallowed:                       # the block ended before the delivery came
+        raise Terminated() if signal.SIGTERM in swallowed else KeyboardInterrupt()

@@ -30,12 +30,15 @@ def test_sigterm_raises_terminated_and_the_handler_is_restored():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, Terminated), (signal.SIGINT, KeyboardInterrupt)],
+                         ids=["SIGTERM", "Ctrl-C"])
 @pytest.mark.parametrize("then", ["ordinary code", "the block ends"])
-def test_sigterm_handled_inside_a_gc_callback_is_raised_again(then):
+def test_an_interrupt_handled_inside_a_gc_callback_is_raised_again(then, signum, raised):
     """The handler's exception, raised inside a garbage collector's callback (as ``distributed``'s
     ``GCDiagnosis`` installs), is only printed by Python; the block delivers it again, so the command still
     unwinds instead of running to its end (a CI run's ingest once did, and replaced the previous dataset).
-    It is raised in the next ordinary code, or as the block ends if the block ends first."""
+    It is raised in the next ordinary code, or as the block ends if the block ends first; SIGTERM as
+    :class:`Terminated`, Ctrl-C as a plain :class:`KeyboardInterrupt`."""
     printed = []
     hook = sys.unraisablehook
     sent = []
@@ -43,13 +46,13 @@ def test_sigterm_handled_inside_a_gc_callback_is_raised_again(then):
     def callback(phase, info):
         if phase == "start" and not sent:
             sent.append(phase)
-            signal.raise_signal(signal.SIGTERM)        # the handler runs here, inside the callback
+            signal.raise_signal(signum)                 # the handler runs here, inside the callback
 
     reached_end = False
     gc.callbacks.append(callback)
     sys.unraisablehook = printed.append
     try:
-        with pytest.raises(Terminated):
+        with pytest.raises(KeyboardInterrupt) as caught:
             with terminate_as_interrupt():
                 gc.collect()
                 if then == "ordinary code":
@@ -58,9 +61,10 @@ def test_sigterm_handled_inside_a_gc_callback_is_raised_again(then):
     finally:
         gc.callbacks.remove(callback)
         sys.unraisablehook = hook
+    assert type(caught.value) is raised
     assert sent == ["start"] and not reached_end
     assert printed == []                                # not printed as "Exception ignored", and not lost
-    assert signal.getsignal(signal.SIGTERM) is not None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_other_unraisable_exceptions_still_reach_the_previous_hook():
