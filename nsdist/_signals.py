@@ -50,6 +50,7 @@ def terminate_as_interrupt() -> Iterator[None]:
         return
 
     swallowed: set[int] = set()          # the signals whose exception was only printed: to be delivered again
+    delivering = threading.Lock()        # (once the block has ended, nothing is delivered)
     ours = {signal.SIGTERM} | ({signal.SIGINT} if signal.getsignal(signal.SIGINT) is signal.default_int_handler
                                else set())
 
@@ -63,8 +64,9 @@ def terminate_as_interrupt() -> Iterator[None]:
     def deliver_soon(signum: int) -> None:
         # neither from the main thread nor at once: either would run the handler right away, in the hook
         time.sleep(REDELIVERY_SECONDS)
-        if signum in swallowed:
-            _thread.interrupt_main(signum)
+        with delivering:
+            if signum in swallowed:
+                _thread.interrupt_main(signum)
 
     def deliver_again(unraisable) -> None:
         exc = unraisable.exc_value
@@ -82,8 +84,11 @@ def terminate_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
+        with delivering:
+            left = set(swallowed)
+            swallowed.clear()
         sys.unraisablehook = previous_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if swallowed:                       # the block ended before the delivery came
-        raise Terminated() if signal.SIGTERM in swallowed else KeyboardInterrupt()
+    if left:                            # the block ended before the delivery came
+        raise Terminated() if signal.SIGTERM in left else KeyboardInterrupt()
