@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 __all__ = ["Terminated", "terminate_as_interrupt", "TERMINATED_STATUS"]
 
-#: how long after a swallowed SIGTERM it is delivered again: time for the main thread to leave the hook
+#: how long after a swallowed interrupt it is delivered again: time for the main thread to leave the hook
 REDELIVERY_SECONDS = 0.01
 
 #: the exit status of a command ended by SIGTERM (128 + 15, as a shell reports it)

@@ -1,5 +1,5 @@
-"""SIGTERM as an interrupt (:mod:`nsdist._signals`): raised in the main thread, also when it first lands where
-Python only prints an exception, and a second SIGTERM ends the process at once."""
+"""SIGTERM as an interrupt (:mod:`nsdist._signals`): raised in the main thread, also when it (or Ctrl-C) first
+lands where Python only prints an exception, and a second SIGTERM ends the process at once."""
 from __future__ import annotations
 
 import gc
