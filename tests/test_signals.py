@@ -3,15 +3,19 @@ lands where Python only prints an exception, and a second SIGTERM ends the proce
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
 from nsdist._signals import TERMINATED_STATUS, Terminated, terminate_as_interrupt
+from nsdist.data.fs import staging_directory
 
 
 def _wait_for_signal() -> None:
@@ -106,3 +110,53 @@ def test_a_second_sigterm_ends_the_process_at_once(tmp_path):
     assert done.returncode == -signal.SIGTERM, done.stderr
     assert done.stdout.split() == ["unwinding"]
     assert TERMINATED_STATUS == 143
+
+
+class _InterruptedOnce(LocalFileSystem):
+    """The local file system, but once armed, the first call of ``method`` meets an interrupt -- a SIGTERM
+    landing there -- after doing its work in part (``rm``: one file removed) or before it (``info``, which
+    fsspec's ``exists`` calls and whose every exception, an interrupt too, it takes for "not there")."""
+
+    cachable = False
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method, self.armed, self.hit = method, False, False
+
+    def _interrupt(self, path) -> None:
+        if self.armed and not self.hit:
+            self.hit = True
+            if self.method == "rm":
+                os.remove(next(p for p in Path(path).rglob("*") if p.is_file()))
+            raise Terminated()
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        if self.method == "rm":
+            self._interrupt(path)
+        return super().rm(path, recursive=recursive, maxdepth=maxdepth)
+
+    def info(self, path, **kwargs):
+        if self.method == "info":
+            self._interrupt(path)
+        return super().info(path, **kwargs)
+
+
+@pytest.mark.parametrize("method", ["rm", "info"])
+def test_a_stopped_write_removes_its_staging_directory_even_if_another_interrupt_lands_in_the_cleanup(tmp_path,
+                                                                                                      method):
+    """A command stopped while writing a dataset removes its staging directory on the way out, also when an
+    interrupt lands in that cleanup (one CI run's ingest exited 143 and left its ``.data.tmp-*``): the removal
+    is done whole and the interrupt raised after it; the previous output is as it was."""
+    dst = tmp_path / "data"
+    dst.mkdir()
+    (dst / "part-00000.parquet").write_bytes(b"previous")
+    fs = _InterruptedOnce(method)
+    with pytest.raises(Terminated):
+        with staging_directory(fs, str(dst), overwrite=True) as staging:
+            for k in range(3):
+                (Path(staging) / f"part-{k:05d}.parquet").write_bytes(b"new")
+            fs.armed = True                     # the cleanup's first call is hit
+            raise Terminated()
+    assert fs.hit == (method == "rm")           # (the cleanup does not ask ``exists``, which an interrupt fooled)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert (dst / "part-00000.parquet").read_bytes() == b"previous" and len(list(dst.iterdir())) == 1

@@ -52,7 +52,7 @@ from fsspec.spec import AbstractFileSystem
 __all__ = ["DataNotFoundError", "StorageAccessError", "resolve", "display", "staging_directory", "check_absent",
            "atomic_write_bytes", "atomic_writer", "read_bytes", "exists", "create_exclusive", "merge_options",
            "forwarded_options", "redact", "redact_job", "scrub", "register_secrets", "access", "INCOMPLETE", "REDACTED",
-           "is_object_store"]
+           "is_object_store", "remove_tree"]
 
 log = logging.getLogger("nsdist")
 
@@ -465,8 +465,8 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
     check_absent(fs, dst, overwrite=overwrite)
     token = uuid.uuid4().hex[:12]
     staging = posixpath.join(parent, f".{name}.tmp-{token}")
-    fs.makedirs(staging, exist_ok=True)
     try:
+        fs.makedirs(staging, exist_ok=True)
         yield staging
         check_absent(fs, dst, overwrite=overwrite)
         backup = posixpath.join(parent, f".{name}.old-{token}") if fs.exists(dst) else None
@@ -481,8 +481,34 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
         if backup is not None:
             fs.rm(backup, recursive=True)
     finally:
-        if fs.exists(staging):
-            fs.rm(staging, recursive=True)
+        remove_tree(fs, staging)        # (nothing there once it became dst)
+
+
+#: how many times :func:`remove_tree` starts the removal again when an interrupt cuts it short
+REMOVE_ATTEMPTS = 5
+
+
+def remove_tree(fs: AbstractFileSystem, path: str) -> None:
+    """Remove ``path`` and everything under it, if it is there: the cleanup of a failed or stopped command.
+
+    An interrupt (Ctrl-C, SIGTERM: :mod:`nsdist._signals`) that comes while it runs does not leave the
+    removal half done: the removal is started again and the interrupt raised once it is done (at most
+    :data:`REMOVE_ATTEMPTS` starts).  Whether ``path`` is there is not asked of ``fs.exists``: fsspec's local
+    one takes every exception, an interrupt too, for "not there" -- an interrupt landing in it left a staging
+    directory behind.
+    """
+    interrupt: KeyboardInterrupt | None = None
+    for _ in range(REMOVE_ATTEMPTS):
+        try:
+            fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except KeyboardInterrupt as exc:
+            interrupt = exc
+            continue
+        break
+    if interrupt is not None:
+        raise interrupt
 
 
 def _warn_leftovers(fs: AbstractFileSystem, dst: str) -> None:
@@ -571,8 +597,7 @@ def _staged_beside(fs: AbstractFileSystem, dst: str) -> Iterator[str]:
     except BaseException:
         with contextlib.suppress(Exception):
             fs.invalidate_cache(staging)
-            if fs.exists(staging):
-                fs.rm(staging, recursive=True)
+            remove_tree(fs, staging)
         raise
     with access(fs, dst, "write"):
         try:
