@@ -469,7 +469,7 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
         fs.makedirs(staging, exist_ok=True)
         yield staging
         check_absent(fs, dst, overwrite=overwrite)
-        backup = posixpath.join(parent, f".{name}.old-{token}") if fs.exists(dst) else None
+        backup = posixpath.join(parent, f".{name}.old-{token}") if _is_there(fs, dst) else None
         if backup is not None:
             fs.mv(dst, backup, recursive=True)
         try:
@@ -482,6 +482,13 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
             fs.rm(backup, recursive=True)
     finally:
         remove_tree(fs, staging)        # (nothing there once it became dst)
+
+
+def _is_there(fs: AbstractFileSystem, path: str) -> bool:
+    """``fs.exists(path)``, but on a local disk an interrupt that lands meanwhile is raised: fsspec's local
+    ``exists`` takes every exception for "not there", and a staging directory would then be moved *into* the
+    previous output instead of replacing it."""
+    return os.path.lexists(path) if isinstance(fs, LocalFileSystem) else fs.exists(path)
 
 
 #: how many times :func:`remove_tree` starts the removal again when an interrupt cuts it short
@@ -638,7 +645,7 @@ def _swap_in(fs: AbstractFileSystem, staging: str, dst: str) -> None:
 
 def check_absent(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> None:
     """Raise ``FileExistsError`` if ``dst`` exists and may not be replaced."""
-    if not overwrite and fs.exists(dst):
+    if not overwrite and _is_there(fs, dst):
         raise FileExistsError(f"{display(fs, dst)} already exists; pass overwrite=True to replace it")
 
 
