@@ -34,6 +34,7 @@ Errors
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import posixpath
@@ -491,27 +492,40 @@ def _is_there(fs: AbstractFileSystem, path: str) -> bool:
     return os.path.lexists(path) if isinstance(fs, LocalFileSystem) else fs.exists(path)
 
 
-#: how many times :func:`remove_tree` starts the removal again when an interrupt cuts it short
+#: how many times :func:`remove_tree` starts the removal again when an interrupt cuts it short, or a file
+#: appears in a directory being removed; and the pause before starting again in the second case, seconds
 REMOVE_ATTEMPTS = 5
+REMOVE_PAUSE = 0.2
 
 
 def remove_tree(fs: AbstractFileSystem, path: str) -> None:
     """Remove ``path`` and everything under it, if it is there: the cleanup of a failed or stopped command.
 
-    An interrupt (Ctrl-C, SIGTERM: :mod:`nsdist._signals`) that comes while it runs does not leave the
-    removal half done: the removal is started again and the interrupt raised once it is done (at most
-    :data:`REMOVE_ATTEMPTS` starts).  Whether ``path`` is there is not asked of ``fs.exists``: fsspec's local
-    one takes every exception, an interrupt too, for "not there" -- an interrupt landing in it left a staging
-    directory behind.
+    The removal is started again (at most :data:`REMOVE_ATTEMPTS` times) when
+
+    * an interrupt (Ctrl-C, SIGTERM: :mod:`nsdist._signals`) cuts it short: the interrupt is raised once
+      the removal is done;
+    * a file appears in a directory while it is removed (``ENOTEMPTY``): a task the command started, on a
+      worker thread or another machine, may still be writing its part when the command stops -- a Dask
+      task that already runs is not stopped by its cancellation.  Once a directory is gone, such a task
+      cannot write there any more (its file's directory is missing).
+
+    Whether ``path`` is there is not asked of ``fs.exists``: fsspec's local one takes every exception, an
+    interrupt too, for "not there".
     """
     interrupt: KeyboardInterrupt | None = None
-    for _ in range(REMOVE_ATTEMPTS):
+    for attempt in range(1, REMOVE_ATTEMPTS + 1):
         try:
             fs.rm(path, recursive=True)
         except FileNotFoundError:
             pass
         except KeyboardInterrupt as exc:
             interrupt = exc
+            continue
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY or attempt == REMOVE_ATTEMPTS:
+                raise
+            time.sleep(REMOVE_PAUSE)
             continue
         break
     if interrupt is not None:
