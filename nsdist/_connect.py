@@ -98,7 +98,12 @@ def connect(client: Client | str | None = None, *, n_workers: int | None = None,
                       memory_limit=memory_limit, dashboard_address=":0", **extra) as cluster, \
             Client(cluster, set_as_default=False) as c:
         log.info("started an embedded LocalCluster with %d workers; dashboard: %s", n, c.dashboard_link)
-        yield c
+        try:
+            yield c
+        except Exception:
+            _stop_heartbeats(c)
+            raise
+        _stop_heartbeats(c)
 
 
 def _release(client: Client, timeout: float = 0.5) -> None:
@@ -120,6 +125,40 @@ def _release(client: Client, timeout: float = 0.5) -> None:
         client.sync(client.scheduler.identity)    # the batched release is sent before this reply
     except Exception:  # noqa: BLE001 - a lost scheduler: closing is all that is left
         pass
+
+
+HEARTBEAT_WAIT = 10.0
+"""Seconds a closing embedded cluster waits for a heartbeat on its way to come back."""
+
+
+def _stop_heartbeats(client: Client) -> None:
+    """Stop the embedded cluster's heartbeats, and let those on their way come back, before it closes.
+
+    A closing worker drops its connections, among them one that may carry a
+    heartbeat waiting for the scheduler's reply; the worker then logs "Failed
+    to communicate with scheduler during heartbeat" with a traceback at the
+    end of a job that went well (dask/distributed#7105).  A worker sends one
+    every 0.5 s, so it happens when the scheduler answers slowly: on a loaded
+    machine, a README example's second run printed it.  Not done when the job
+    is interrupted: the cluster closes at once.
+    """
+    try:
+        client.run(_quiesce_heartbeat)
+    except Exception:  # noqa: BLE001 - a worker already gone: closing is all that is left
+        pass
+
+
+async def _quiesce_heartbeat(dask_worker, timeout: float = HEARTBEAT_WAIT) -> None:
+    """On a worker: no new heartbeat, and none in flight (at most ``timeout`` seconds)."""
+    import asyncio
+    import time
+
+    beat = dask_worker.periodic_callbacks.get("heartbeat")
+    if beat is not None:
+        beat.stop()
+    deadline = time.monotonic() + timeout
+    while dask_worker.rpc.active and time.monotonic() < deadline:     # connections in use: the heartbeat's
+        await asyncio.sleep(0.01)
 
 
 def check_tls(address: str, security: Security | None) -> None:

@@ -327,6 +327,38 @@ def test_clients_close_cleanly_on_a_real_scheduler(dask_processes, letter, tmp_p
     assert "CommClosedError" not in log
 
 
+SLOW_SCHEDULER = """
+import asyncio, sys, time
+from nsdist.engine.cluster import connect
+
+def slow_heartbeats(dask_scheduler):
+    answer = dask_scheduler.handlers["heartbeat_worker"]
+    async def late(*args, **kwargs):         # a loaded machine: the reply comes 0.4 s late
+        await asyncio.sleep(0.4)
+        return answer(*args, **kwargs)
+    dask_scheduler.handlers["heartbeat_worker"] = late
+
+if __name__ == "__main__":
+    with connect(n_workers=2, processes=sys.argv[1] == "processes") as client:
+        client.run_on_scheduler(slow_heartbeats)
+        time.sleep(2)                        # heartbeats every 0.5 s: one is on its way as the cluster closes
+    print("closed")
+"""
+
+
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_the_embedded_cluster_closes_without_a_traceback_while_a_heartbeat_waits(mode, tmp_path):
+    """A worker closing with a heartbeat on its way logged 'Failed to communicate with scheduler during heartbeat'
+    and a traceback (dask/distributed#7105; a README example's second run, in CI): before this fix it did here for
+    every worker in every run."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_SCHEDULER, encoding="utf-8")
+    proc = subprocess.run([sys.executable, script.name, mode], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and proc.stdout == "closed\n", proc.stderr
+    assert "Traceback" not in proc.stderr and "heartbeat" not in proc.stderr, proc.stderr
+
+
 # ------------------------------------------------- item 12: parser and run apart
 def test_the_command_line_only_parses_and_the_pipelines_use_the_run_module():
     code = ("import sys; import pipelines.demo, pipelines.retrain; "
