@@ -33,7 +33,7 @@ import numpy as np
 
 from . import __version__
 from ._names import NameRange, names_from_json, names_to_json, same_names
-from .data.fs import access, atomic_write_bytes, resolve
+from .data.fs import access, atomic_write_bytes, is_there, resolve
 
 __all__ = ["LinearModel", "load_model", "check_feature_names", "FORMAT_VERSION"]
 
@@ -141,7 +141,7 @@ class LinearModel:
         fs, root = resolve(url, so)
         with access(fs, root, "write"):
             old = _read_json(fs, f"{root}/model.json").get("weights", {}).get("file") \
-                if fs.exists(f"{root}/model.json") else None
+                if is_there(fs, f"{root}/model.json") else None
         weights_name = f"weights-{digest[:12]}.npy"
         atomic_write_bytes(_join(url, weights_name), data, so)
         meta = self.metadata()
@@ -162,7 +162,7 @@ class LinearModel:
         fs, root = resolve(url, storage_options)
         meta_path = f"{root}/model.json"
         with access(fs, root, "read"):
-            found = fs.exists(meta_path)
+            found = is_there(fs, meta_path)
         if not found:
             raise ValueError(f"{url}: no model.json here — not an nsdist model directory")
         meta = _read_json(fs, meta_path)
@@ -176,7 +176,7 @@ class LinearModel:
             raise ValueError(f"{url}: model format {fmt} is newer than this nsdist ({__version__}) reads")
         meta.pop("format_version")
         wpath = f"{root}/{wmeta['file']}"
-        if "/" in wmeta["file"] or not fs.exists(wpath):
+        if "/" in wmeta["file"] or not is_there(fs, wpath):
             raise ValueError(f"{url}: weights file {wmeta['file']!r} named by model.json is missing")
         data = _read_into_array(fs, wpath)
         if hashlib.sha256(data).hexdigest() != wmeta["sha256"]:

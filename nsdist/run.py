@@ -18,7 +18,7 @@ import numpy as np
 from . import __version__
 from ._validation import ceil9
 from .jobs import DatasetSpec, TrainJob
-from .data.fs import resolve
+from .data.fs import is_there, resolve
 from .model import LinearModel
 from .report import MEASURE_KEYS, RunDir, RunLog, curve_png, folds_curve_png, measure_label
 
@@ -118,7 +118,7 @@ def _datasets(spec: DatasetSpec, client, options: dict | None = None) -> tuple[D
     for url, raw in ((spec.url, spec.ingest), (spec.test_url, spec.test_ingest)):
         if raw is not None and not _exists(url, options):
             fs, path = resolve(url, options)
-            redo = fs.exists(path) and incomplete(fs, path)   # an ingest that died: its files are replaced
+            redo = is_there(fs, path) and incomplete(fs, path)   # an ingest that died: its files are replaced
             log.info("ingesting %s into %s%s", raw.src, url, " (replacing an unfinished ingest)" if redo else "")
             how = raw.options()
             trained = api.open_dataset(spec.url, **spec.read_options(), storage_options=options).metadata.get(
@@ -250,7 +250,7 @@ def _exists(url: str, storage_options: dict | None) -> bool:
     from .data.fs import incomplete
 
     fs, path = resolve(url, storage_options)
-    return fs.exists(path) and not (fs.isdir(path) and incomplete(fs, path))
+    return is_there(fs, path) and not (fs.isdir(path) and incomplete(fs, path))
 
 
 def load_rows(ds: Dataset, max_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -537,7 +537,7 @@ def model_dir(path: str, storage_options: dict | None = None) -> str:
 
     fs, root = resolve(path, storage_options)
     with access(fs, root, "read"):
-        if not fs.exists(f"{root}/model.json") and fs.exists(f"{root}/model/model.json"):
+        if not is_there(fs, f"{root}/model.json") and is_there(fs, f"{root}/model/model.json"):
             return path.rstrip("/") + "/model"
     return path
 

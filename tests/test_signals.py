@@ -170,3 +170,114 @@ def test_a_stopped_write_removes_its_staging_directory_whole(tmp_path, method):
     assert fs.hit == (method != "info")         # (the cleanup does not ask ``exists``, which an interrupt fooled)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     assert (dst / "part-00000.parquet").read_bytes() == b"previous" and len(list(dst.iterdir())) == 1
+
+
+# ------------------------------------------------------------------ "is it there?" does not swallow an interrupt
+class _Armed:
+    """Once ``on``, ``info`` of the local and ``memory://`` file systems meets an interrupt (a SIGTERM landing
+    there) for any path holding ``STOP``; ``hits`` lists those paths.  fsspec's own ``exists`` calls ``info``
+    under a bare ``except`` that takes the interrupt for "not there"."""
+
+    def __init__(self) -> None:
+        self.on, self.hits = False, []
+
+
+@pytest.fixture
+def interrupted_info(monkeypatch) -> _Armed:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    armed = _Armed()
+    for cls in (LocalFileSystem, MemoryFileSystem):
+        def info(self, path, _original=cls.info, **kwargs):
+            if armed.on and "STOP" in str(path):
+                armed.hits.append(str(path))
+                raise Terminated()
+            return _original(self, path, **kwargs)
+        monkeypatch.setattr(cls, "info", info)
+    return armed
+
+
+def _model(coef):
+    import numpy as np
+
+    from nsdist.model import LinearModel
+
+    return LinearModel(coef=np.array(coef, dtype=float), intercept=0.25, measure="prec@k")
+
+
+@pytest.mark.parametrize("where", ["memory", "local"])
+def test_asking_whether_a_model_or_input_is_there_raises_an_interrupt_that_lands_meanwhile(
+        tmp_path, interrupted_info, where):
+    """fsspec's ``exists`` runs ``info`` under a bare ``except``: an interrupt landing there was answered
+    "not there", and the command ran on -- loading a model said "no model.json here", a run directory's
+    model was not found, an input was "missing".  On ``memory://`` (``info`` interrupted) each question now
+    raises the interrupt; on a local disk presence is asked of the operating system, not of ``info``, so the
+    same questions answer right without calling it."""
+    from nsdist import run
+    from nsdist.data import scoring
+    from nsdist.data.fs import exists
+    from nsdist.model import LinearModel
+
+    root = f"memory://signals-{os.getpid()}" if where == "memory" else str(tmp_path)
+    url = f"{root}/STOP/model"
+    model = _model([1.0, -2.0, 0.5])
+    model.save(url)
+    interrupted_info.on = True
+    if where == "local":
+        assert exists(url) and run._exists(url, None) and run.model_dir(url) == url
+        assert not interrupted_info.hits                  # (reading the model, ``info`` raises: not swallowed)
+        return
+    calls = [lambda: exists(url), lambda: LinearModel.load(url), lambda: run.model_dir(url),
+             lambda: run._exists(url, None),
+             lambda: scoring.write_scores(model, f"{root}/STOP/rows.csv", f"{root}/GO/scores.csv")]
+    for call in calls:
+        with pytest.raises(Terminated):
+            call()
+    assert len(interrupted_info.hits) == len(calls)
+
+
+def test_saving_over_a_model_stops_when_an_interrupt_lands_while_it_looks_for_the_old_one(interrupted_info):
+    """``LinearModel.save`` asks whether a model is already there, to remove the weights it replaces; an
+    interrupt landing in that question was taken for "no model" and the save went on.  Now it stops before
+    writing anything, and the previous model loads as it was."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from nsdist.model import LinearModel
+
+    url = f"memory://signals-save-{os.getpid()}/STOP/model"
+    _model([1.0, 2.0]).save(url)
+    before = {k: v.getvalue() for k, v in MemoryFileSystem.store.items() if "signals-save" in k}
+    interrupted_info.on = True
+    with pytest.raises(Terminated):
+        _model([3.0, 4.0]).save(url)
+    assert interrupted_info.hits[0].endswith("/STOP/model/model.json")
+    interrupted_info.on = False
+    assert {k: v.getvalue() for k, v in MemoryFileSystem.store.items() if "signals-save" in k} == before
+    assert LinearModel.load(url).coef.tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "missing", "dangling link"])
+def test_is_there_answers_as_fsspec_exists(tmp_path, kind):
+    """The same answers as ``fs.exists`` on local disks and ``memory://``; ``links=True`` counts a dangling
+    link too (a name taken, for a staging directory's rename)."""
+    import fsspec
+
+    from nsdist.data.fs import is_there
+
+    path = tmp_path / "x"
+    if kind == "file":
+        path.write_bytes(b"1")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dangling link":
+        path.symlink_to(tmp_path / "nowhere")
+    local = fsspec.filesystem("file")
+    assert is_there(local, str(path)) == local.exists(str(path)) == (kind in ("file", "directory"))
+    assert is_there(local, str(path), links=True) == (kind != "missing")
+    mem = fsspec.filesystem("memory")
+    mpath = f"/is-there-{os.getpid()}-{kind.replace(' ', '-')}/x"
+    if kind == "file":
+        mem.pipe_file(mpath, b"1")
+    elif kind == "directory":
+        mem.makedirs(mpath)
+    assert is_there(mem, mpath) == mem.exists(mpath) == (kind in ("file", "directory"))

@@ -53,7 +53,7 @@ from fsspec.spec import AbstractFileSystem
 __all__ = ["DataNotFoundError", "StorageAccessError", "resolve", "display", "staging_directory", "check_absent",
            "atomic_write_bytes", "atomic_writer", "read_bytes", "exists", "create_exclusive", "merge_options",
            "forwarded_options", "redact", "redact_job", "scrub", "register_secrets", "access", "INCOMPLETE", "REDACTED",
-           "is_object_store", "remove_tree"]
+           "is_object_store", "remove_tree", "is_there"]
 
 log = logging.getLogger("nsdist")
 
@@ -317,7 +317,7 @@ def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether anything is at ``url``."""
     fs, path = resolve(url, storage_options)
     with access(fs, path, "read"):
-        return fs.exists(path)
+        return is_there(fs, path)
 
 
 def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
@@ -376,7 +376,7 @@ def atomic_writer(url: str, storage_options: Mapping[str, Any] | None = None) ->
     finally:
         if local and os.path.exists(tmp):
             os.unlink(tmp)
-        elif not local and fs.exists(tmp):
+        elif not local and is_there(fs, tmp):
             fs.rm(tmp)
 
 
@@ -418,7 +418,7 @@ def create_exclusive(fs: AbstractFileSystem, path: str, data: bytes) -> bool | N
         except FileExistsError:
             return False
         except TypeError:            # an old implementation without mode=
-            if fs.exists(path):
+            if is_there(fs, path):
                 return False
             fs.pipe_file(path, data)
             return None
@@ -470,7 +470,7 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
         fs.makedirs(staging, exist_ok=True)
         yield staging
         check_absent(fs, dst, overwrite=overwrite)
-        backup = posixpath.join(parent, f".{name}.old-{token}") if _is_there(fs, dst) else None
+        backup = posixpath.join(parent, f".{name}.old-{token}") if is_there(fs, dst, links=True) else None
         if backup is not None:
             fs.mv(dst, backup, recursive=True)
         try:
@@ -485,11 +485,27 @@ def staging_directory(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> I
         remove_tree(fs, staging)        # (nothing there once it became dst)
 
 
-def _is_there(fs: AbstractFileSystem, path: str) -> bool:
-    """``fs.exists(path)``, but on a local disk an interrupt that lands meanwhile is raised: fsspec's local
-    ``exists`` takes every exception for "not there", and a staging directory would then be moved *into* the
-    previous output instead of replacing it."""
-    return os.path.lexists(path) if isinstance(fs, LocalFileSystem) else fs.exists(path)
+def is_there(fs: AbstractFileSystem, path: str, *, links: bool = False) -> bool:
+    """``fs.exists(path)``, except that an interrupt landing meanwhile is raised, not taken for "not there".
+
+    fsspec's own ``exists`` (the local file system's, ``memory://``'s, any that does not override it)
+    calls ``info`` under a bare ``except``: a Ctrl-C or SIGTERM (:mod:`nsdist._signals`) raised there is
+    swallowed and the command runs on, as if the path were missing -- a model "not found", a staging
+    directory moved *into* the previous output instead of replacing it.  Here any ``Exception`` still means
+    "not there", as in fsspec; an interrupt is raised.  On a local disk ``os.path.exists`` (what
+    ``fs.exists`` answers), or with ``links`` ``os.path.lexists`` (a dangling link is there too: a name
+    taken).  A file system with its own ``exists`` (``s3://``: it catches ``FileNotFoundError`` only) is
+    asked as it is.
+    """
+    if isinstance(fs, LocalFileSystem):
+        return os.path.lexists(path) if links else os.path.exists(path)
+    if type(fs).exists is not AbstractFileSystem.exists:
+        return fs.exists(path)
+    try:
+        fs.info(path)
+    except Exception:
+        return False
+    return True
 
 
 #: how many times :func:`remove_tree` starts the removal again when an interrupt cuts it short, or a file
@@ -553,7 +569,7 @@ def _warn_leftovers(fs: AbstractFileSystem, dst: str) -> None:
                       f"{', '.join(staged)}; nothing reads it: remove it, unless another run is writing there now",
                       UserWarning, stacklevel=4)
     if aside:
-        missing = "" if fs.exists(dst) else f"; {display(fs, dst)} is missing: move it back"
+        missing = "" if is_there(fs, dst) else f"; {display(fs, dst)} is missing: move it back"
         warnings.warn(f"{display(fs, dst)}: the previous output, moved aside by a run killed while replacing it: "
                       f"{', '.join(aside)}{missing}", UserWarning, stacklevel=4)
 
@@ -659,7 +675,7 @@ def _swap_in(fs: AbstractFileSystem, staging: str, dst: str) -> None:
 
 def check_absent(fs: AbstractFileSystem, dst: str, *, overwrite: bool) -> None:
     """Raise ``FileExistsError`` if ``dst`` exists and may not be replaced."""
-    if not overwrite and _is_there(fs, dst):
+    if not overwrite and is_there(fs, dst, links=True):
         raise FileExistsError(f"{display(fs, dst)} already exists; pass overwrite=True to replace it")
 
 

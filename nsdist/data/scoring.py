@@ -41,7 +41,7 @@ import pyarrow as pa
 from nsdist._threads import one_blas_thread
 from nsdist.data.dataset import Dataset, _read_footer, file_parts
 from nsdist.data.dense import checked_columns
-from nsdist.data.fs import display, resolve
+from nsdist.data.fs import display, is_there, resolve
 from nsdist.data.labels import LabelRule, LabelValues
 from nsdist.data.readers import DEFAULT_CHUNK_ROWS, parse_svmlight, text_blocks
 from nsdist.data.sources import category_codes, category_text, infer_format
@@ -433,7 +433,7 @@ def write_scores(model, src: str | Dataset, dst: str, *, label_column: str = "la
     else:
         fs, path = resolve(src, storage_options)
         with access(fs, path, "read"):
-            if not any(c in path for c in "*?[") and not fs.exists(path):
+            if not any(c in path for c in "*?[") and not is_there(fs, path):
                 raise FileNotFoundError(2, "No such file or directory", src)
         units = [(src, part)]
     score = scorer(units[0][0], storage_options, format)
