@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -1148,6 +1149,66 @@ def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
         assert asked == [1]
     finally:
         scheduler.handlers["gather"] = gather
+
+
+def test_a_fetch_that_times_out_leaves_the_gather_it_shares_with_another_to_end(cluster):
+    """The client's gathers share a request to the workers while it waits for one of its five slots.  A fetch
+    that times out then (here five other gathers hold the slots: a worker's answers are held 3 s) leaves that
+    request be, and the fetch that shares it gets its result; cutting it off ended the other in an
+    ``asyncio.CancelledError``, which Dask's ``sync`` lets out as an UnboundLocalError (the ring's watch, in a
+    CI run's redo).  A cancelled future's fetch raises an error the redo takes as transient."""
+    from nsdist._faults import is_transient
+    from nsdist.engine.cluster import fetch
+
+    def hold_answers(seconds: float, dask_worker) -> None:
+        get_data = dask_worker.handlers["get_data"]
+
+        async def held(comm, keys, who=None, serializers=None):
+            import asyncio
+
+            await asyncio.sleep(seconds)
+            return await get_data(comm, keys, who=who, serializers=serializers)
+        dask_worker.handlers["get_data"] = held
+        dask_worker._nsdist_get_data = get_data
+
+    def answer_again(dask_worker) -> None:
+        dask_worker.handlers["get_data"] = dask_worker._nsdist_get_data
+
+    def in_thread(fn, *args, **kwargs) -> tuple[threading.Thread, list]:
+        out: list = []
+
+        def run() -> None:
+            try:
+                out.append(fn(*args, **kwargs))
+            except BaseException as exc:  # (what the fetch raised, for the assertions)
+                out.append(exc)
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread, out
+
+    held_worker = min(cluster.scheduler_info()["workers"])
+    slow = [cluster.submit(np.full, 3, i, pure=False, workers=[held_worker]) for i in range(5)]
+    target = cluster.submit(np.arange, 5, pure=False)
+    cluster.gather(slow + [target])
+    cluster.run(hold_answers, 3.0, workers=[held_worker])
+    try:
+        blockers = []
+        for f in slow:          # each its own request (one at a time), holding one slot for 3 s
+            blockers.append(in_thread(fetch, cluster, f, direct=True))
+            time.sleep(0.05)
+        cut, cut_out = in_thread(fetch, cluster, target, direct=True, timeout=1.0)
+        time.sleep(0.3)         # its request waits for a slot: this fetch shares it
+        assert fetch(cluster, target, direct=True).tolist() == [0, 1, 2, 3, 4]
+        for thread, _ in blockers + [(cut, cut_out)]:
+            thread.join(30)
+        assert [out[0].tolist() for _, out in blockers] == [[i] * 3 for i in range(5)]
+        assert len(cut_out) == 1 and isinstance(cut_out[0], TimeoutError)
+    finally:
+        cluster.run(answer_again, workers=[held_worker])
+    cluster.cancel([target], reason="a test's cancel")
+    with pytest.raises(Exception, match="cancelled for reason: a test's cancel") as lost:
+        fetch(cluster, target)
+    assert is_transient(lost.value)
 
 
 def test_checks_fall_at_pass_ends_once_only_full_batch_candidates_train(cluster, letter_parquet, monkeypatch):

@@ -5,6 +5,7 @@ processes started here for the SIGKILL.  Real Parquet files of the Letter data s
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ import time
 import dask
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, Future, LocalCluster
 
 import nsdist
 from nsdist._faults import WorkLost
@@ -129,6 +130,32 @@ def test_a_failed_ring_leaves_no_step_waiting_and_the_next_job_trains(cluster, f
     assert again.intercept == alone.intercept and timings[0] is not None
 
 
+def test_a_ring_step_cancelled_before_the_driver_fetches_it_is_redone_to_the_identical_model(cluster, files, caplog):
+    """The scheduler cancels a task submitted after one of its dependencies was lost with a worker ("lost
+    dependencies").  Here the progress callback cancels the next ring step after step 3 is reported: the
+    driver takes it as work lost, says so, and redoes the steps from the last one reported, to the undisturbed
+    run's model."""
+    url, _, _ = files["1pmb"]
+    params = dict(measure="pauc", solver="1pmb", buffer_size=500, eta=0.05, n_passes=1, random_state=9)
+    alone, _ = fit(url, cluster, **params)
+    cancelled: list[str] = []
+
+    def cancel_next(p) -> None:
+        if p.step == 3 and not cancelled:
+            ring = {int(str(k).rsplit("-", 1)[1]): k for k in cluster.futures if str(k).startswith("nsdist-ring-")}
+            key = ring[min(i for i in ring if i > p.step)]
+            cluster.cancel([Future(key, cluster)], reason="the test cancels it")
+            cancelled.append(key)
+
+    caplog.set_level(logging.WARNING, logger="nsdist")
+    again = train(url, client=cluster, standardize=False, on_step=cancel_next, **params)
+    assert len(cancelled) == 1
+    assert f"FutureCancelledError: {cancelled[0]} cancelled for reason: the test cancels it" in caplog.text
+    assert "redoing it from the last model (restart 1/" in caplog.text
+    np.testing.assert_array_equal(again.coef, alone.coef)
+    assert again.intercept == alone.intercept and again.history["rows_seen"] == alone.history["rows_seen"]
+
+
 def test_two_jobs_sharing_one_cluster_both_finish_with_their_own_models(cluster, files):
     """Two rings on the same two one-thread workers: a step waiting for its state holds its worker's only thread,
     so each ring could wait on the other's; a step that waits past ``STALL_SECONDS`` leaves the thread pool."""
@@ -152,14 +179,35 @@ def test_two_jobs_sharing_one_cluster_both_finish_with_their_own_models(cluster,
         assert a.intercept == b.intercept
 
 
-def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_processes, files, reliability):
+def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_processes, files, reliability, tmp_path):
     """``dask worker`` processes: the worker holding the ring's next steps is SIGKILLed after step 3 is
     reported; the steps pinned to it never run, the driver sees the worker go and redoes the steps from the
-    last one reported (a ring on the two workers left), to the undisturbed run's model."""
+    last one reported (a ring on the two workers left), to the undisturbed run's model.
+
+    The ring's steps after step 3 wait, on their workers, for a file the driver writes once the worker is
+    killed: Letter's steps take milliseconds, and the ring could otherwise finish before step 3 is reported
+    (one CI run found no ring step left to kill there)."""
     url, _, _ = files["1pmb"]
     params = dict(measure="pauc", solver="1pmb", buffer_size=500, eta=0.05, n_passes=1, random_state=7)
+    gate = str(tmp_path / "killed")
+
+    def hold_steps_after(last: int) -> None:
+        """(In each worker.)  A ring step after ``last`` takes its state only once ``gate`` exists (60 s at
+        most), so that it is still running -- its block loaded -- when the driver reports step ``last``."""
+        from nsdist.engine import chain
+
+        take = chain.take_state
+
+        def gated(ring, step):
+            deadline = time.monotonic() + 60
+            while step > last and not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return take(ring, step)
+        chain.take_state = gated
+
     with dask_processes(3) as procs, procs.client() as client:
         reference, _ = fit(url, client, **params)
+        client.run(hold_steps_after, 3)
         kills: list[int] = []
 
         def kill_at(p) -> None:
@@ -170,6 +218,7 @@ def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_process
                 (proc,) = [w for w in procs.workers if w.pid == pid]
                 os.kill(pid, signal.SIGKILL)
                 kills.append(proc.wait(timeout=30))
+                open(gate, "w").close()
 
         survived = train(url, client=client, standardize=False, on_step=kill_at, **params)
         reliability("fault", "SIGKILL a worker of the chain's ring mid-pass (1PMB, one pass, 8 steps)",

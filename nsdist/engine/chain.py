@@ -824,8 +824,7 @@ class PartitionChain:
         from the last step reported, on the workers there are)."""
         while True:
             try:        # (a step done on a worker that dies before its result is fetched is lost with it too)
-                return self.client.sync(self.client._gather, [fut], direct=direct or None,
-                                        callback_timeout=RING_WATCH_SECONDS)[0]
+                return fetch(self.client, fut, direct, timeout=RING_WATCH_SECONDS)
             except TimeoutError:
                 gone = sorted(set(slots) - set(self.client.scheduler_info()["workers"]))
                 if gone:

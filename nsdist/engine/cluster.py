@@ -150,10 +150,31 @@ def direct_to_workers(client: Client) -> bool:
     return bool(workers) and all(_on_this_machine(address) for address in workers)
 
 
-def fetch(client: Client, futures, direct: bool | None = None):
+def fetch(client: Client, futures, direct: bool | None = None, timeout: float | None = None):
     """``client.gather(futures)``, straight from the workers if ``direct`` (default: :func:`direct_to_workers`,
-    one round trip to the scheduler: a caller that fetches often asks it once)."""
-    return client.gather(futures, direct=(direct_to_workers(client) if direct is None else direct) or None)
+    one round trip to the scheduler: a caller that fetches often asks it once).
+
+    ``timeout``: seconds, then ``TimeoutError``; the gather is not cancelled but left to end by itself.  The
+    client's concurrent gathers share one request to the workers, and cancelling a gather waiting on it
+    cancels that request for all: another's then ends in an ``asyncio.CancelledError``, which Dask's ``sync``
+    lets out as an ``UnboundLocalError`` (dask/distributed#8514).  The ring's watch, whose 0.5 s timeouts cut
+    its gathers off, failed a redo in CI so.
+    """
+    direct = (direct_to_workers(client) if direct is None else direct) or None
+    return client.sync(_gather, client, futures, direct, timeout)
+
+
+async def _gather(client: Client, futures, direct: bool | None, timeout: float | None):
+    import asyncio
+
+    task = asyncio.ensure_future(client._gather(futures, direct=direct))
+    if timeout is None:
+        return await task
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), timeout)
+    except TimeoutError:        # (its outcome, if it ever comes, is nobody's: taken, so as not to be logged)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise
 
 
 def _on_this_machine(address: str) -> bool:
