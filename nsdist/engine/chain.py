@@ -26,7 +26,6 @@ same model because every step is a pure function of its inputs.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -47,7 +46,7 @@ from ..solvers.config import TrainConfig
 from ..solvers.blocks import take_rows
 from ..solvers.kernel import EPOCH_STATS, SGDState, StateChange, end_pass, mix_states, run_epochs
 from ..solvers.plan import Holdout, Step, block_rows, ends_pass
-from .cluster import direct_to_workers, fetch
+from .cluster import direct_to_workers, fetch, settle
 from .reservoir import Reservoir
 from .ring import RING_KEY, RingMailbox, ring_slots, send_state, take_state
 from .scaling import Scaling
@@ -550,9 +549,7 @@ class PartitionChain:
         # the next segment's group or step, likely running: let it end first (a cancelled task runs on, and a
         # cluster closed under it logs a CancelledError warning to the user)
         running = ([self._next[0]] if self._next is not None else []) + stepped[-1:]
-        for fut in running:
-            with contextlib.suppress(Exception):
-                fut.result(timeout=RELEASE_WAIT)
+        settle(running, RELEASE_WAIT)
         ahead += running + stepped[:-1]
         self._gates = (None, [])
         self._tail = None

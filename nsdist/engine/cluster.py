@@ -21,6 +21,8 @@ import functools
 import logging
 import os
 import platform
+import threading
+import time
 from typing import TYPE_CHECKING, Iterator
 
 import dask
@@ -175,6 +177,18 @@ async def _gather(client: Client, futures, direct: bool | None, timeout: float |
     except TimeoutError:        # (its outcome, if it ever comes, is nobody's: taken, so as not to be logged)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         raise
+
+
+def settle(futures, timeout: float) -> bool:
+    """Wait until each of ``futures`` has finished, erred or been cancelled, ``timeout`` seconds at most in all,
+    fetching no result (a wide state's would cross to the driver for nothing: 1.7 s at the end of a default
+    2^20-feature job); whether they all did."""
+    futures = list(futures)
+    ended = threading.Semaphore(0)
+    for future in futures:
+        future.add_done_callback(lambda _: ended.release())
+    deadline = time.monotonic() + timeout
+    return all(ended.acquire(timeout=max(0.0, deadline - time.monotonic())) for _ in futures)
 
 
 def _on_this_machine(address: str) -> bool:
