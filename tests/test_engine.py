@@ -7,6 +7,7 @@ the Letter data set (positive class ``N``), written the way a user would
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -14,6 +15,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import dask
 import numpy as np
@@ -1119,6 +1121,24 @@ def test_sample_adopts_blocks_in_any_row_order(cluster, tmp_path, letter_parquet
         WorkerSample(cluster, open_dataset(letter_parquet[0]), [0], dtype="float64").adopt([])
 
 
+@contextlib.contextmanager
+def scheduler_gathers(client) -> Iterator[list]:
+    """The gathers the embedded scheduler of ``client`` is asked for meanwhile (a 1 each): results fetched
+    through it, not straight from the workers."""
+    scheduler = client.cluster.scheduler
+    gather, asked = scheduler.handlers["gather"], []
+
+    def counting(*args, **kwargs):
+        asked.append(1)
+        return gather(*args, **kwargs)
+
+    scheduler.handlers["gather"] = counting
+    try:
+        yield asked
+    finally:
+        scheduler.handlers["gather"] = gather
+
+
 def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
     """Results come to the driver straight from workers on this machine (not through the scheduler: two hops,
     both on an embedded cluster's driver process); through the scheduler from workers elsewhere, Dask's
@@ -1133,22 +1153,12 @@ def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
     assert direct_to_workers(cluster)
     with Client(cluster.cluster, direct_to_workers=False, set_as_default=False) as told:
         assert not direct_to_workers(told)
-    scheduler = cluster.cluster.scheduler
-    gather, asked = scheduler.handlers["gather"], []
-
-    def counting(*args, **kwargs):
-        asked.append(1)
-        return gather(*args, **kwargs)
-
-    scheduler.handlers["gather"] = counting
-    try:
+    with scheduler_gathers(cluster) as asked:
         future = cluster.submit(np.arange, 1 << 20, pure=False)
         np.testing.assert_array_equal(fetch(cluster, future), np.arange(1 << 20))
         assert asked == []
         np.testing.assert_array_equal(fetch(cluster, future, direct=False), np.arange(1 << 20))
         assert asked == [1]
-    finally:
-        scheduler.handlers["gather"] = gather
 
 
 def held_answers(seconds: float):
@@ -1232,31 +1242,24 @@ def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster):
     from nsdist.engine.cluster import settle
 
     hold, restore = held_answers(0.0)
-    scheduler = cluster.cluster.scheduler
-    gather, asked = scheduler.handlers["gather"], []
-
-    def counting(*args, **kwargs):
-        asked.append(1)
-        return gather(*args, **kwargs)
-
     cluster.run(hold)
-    scheduler.handlers["gather"] = counting
-    try:
-        go = Event("nsdist-test-settle", client=cluster)
-        waiting = cluster.submit(lambda: Event("nsdist-test-settle").wait(60) and np.zeros(1 << 20), pure=False)
-        done = cluster.submit(np.arange, 3, pure=False)
-        erred = cluster.submit(lambda: 1 / 0, pure=False)
-        cancelled = cluster.submit(lambda x: x, waiting, pure=False)       # (never runs: it waits for that one)
-        cluster.cancel([cancelled])
-        assert settle([done, erred, cancelled], 30)
-        assert (done.status, erred.status, cancelled.status) == ("finished", "error", "cancelled")
-        assert not settle([waiting, done], 0.3) and waiting.status == "pending"
-        go.set()
-        assert settle([waiting], 30) and waiting.status == "finished"
-        assert settle([], 0)
-    finally:
-        scheduler.handlers["gather"] = gather
-        gets = cluster.run(restore)
+    with scheduler_gathers(cluster) as asked:
+        try:
+            go = Event("nsdist-test-settle", client=cluster)
+            waiting = cluster.submit(lambda: Event("nsdist-test-settle").wait(60) and np.zeros(1 << 20),
+                                     pure=False)
+            done = cluster.submit(np.arange, 3, pure=False)
+            erred = cluster.submit(lambda: 1 / 0, pure=False)
+            cancelled = cluster.submit(lambda x: x, waiting, pure=False)   # (never runs: it waits for that one)
+            cluster.cancel([cancelled])
+            assert settle([done, erred, cancelled], 30)
+            assert (done.status, erred.status, cancelled.status) == ("finished", "error", "cancelled")
+            assert not settle([waiting, done], 0.3) and waiting.status == "pending"
+            go.set()
+            assert settle([waiting], 30) and waiting.status == "finished"
+            assert settle([], 0)
+        finally:
+            gets = cluster.run(restore)
     assert asked == [] and sum(gets.values()) == 0
 
 

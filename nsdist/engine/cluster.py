@@ -15,6 +15,7 @@ thresholds raised, such arrays are reused from the heap.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import functools
@@ -167,8 +168,6 @@ def fetch(client: Client, futures, direct: bool | None = None, timeout: float | 
 
 
 async def _gather(client: Client, futures, direct: bool | None, timeout: float | None):
-    import asyncio
-
     task = asyncio.ensure_future(client._gather(futures, direct=direct))
     if timeout is None:
         return await task
