@@ -11,14 +11,18 @@ or of the math are raised at once.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Callable, Iterable, TypeVar
 
-__all__ = ["MAX_RESTARTS", "WorkLost", "is_transient", "redo_lost", "cancel_quietly"]
+__all__ = ["MAX_RESTARTS", "STOP_WAIT", "WorkLost", "is_transient", "redo_lost", "cancel_quietly", "running_tasks",
+           "wait_for_tasks"]
 
 T = TypeVar("T")
 
 #: How many times work lost with a worker is redone before the error is raised
 MAX_RESTARTS = 3
+#: Seconds a stopped job waits at most for its running tasks to end before it removes what they write
+STOP_WAIT = 30.0
 
 
 class WorkLost(RuntimeError):
@@ -63,3 +67,28 @@ def cancel_quietly(client, futures: Iterable) -> None:
     if futures:
         with contextlib.suppress(Exception):
             client.cancel(futures)
+
+
+def running_tasks(client, prefix: str) -> list[str]:
+    """The keys starting with ``prefix`` of the tasks the workers' threads run, cancelled ones included: Dask
+    cannot stop a running task, and cancelling one drops only its result (the task runs on, and writes what
+    it writes).  Empty if the workers cannot be asked (the cluster is gone)."""
+    try:
+        answers = client.run(_running_keys, prefix, on_error="return")
+    except Exception:  # the scheduler is gone: no worker to ask
+        return []
+    return sorted(key for keys in answers.values() if isinstance(keys, list) for key in keys)
+
+
+def wait_for_tasks(client, prefix: str, timeout: float = STOP_WAIT, poll: float = 0.05) -> list[str]:
+    """Wait until no worker runs a task whose key starts with ``prefix`` (:func:`running_tasks`), ``timeout``
+    seconds at most; the keys still running then."""
+    deadline = time.monotonic() + timeout
+    while (keys := running_tasks(client, prefix)) and time.monotonic() < deadline:
+        time.sleep(poll)
+    return keys
+
+
+def _running_keys(prefix: str, dask_worker=None) -> list[str]:
+    """On a worker (``client.run``): the keys starting with ``prefix`` of the tasks its threads run."""
+    return [str(ts.key) for ts in dask_worker.state.all_running_tasks if str(ts.key).startswith(prefix)]

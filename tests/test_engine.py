@@ -1233,6 +1233,31 @@ def test_a_fetch_that_times_out_leaves_the_gather_it_shares_with_another_to_end(
     assert is_transient(lost.value)
 
 
+def test_a_watch_that_times_out_again_and_again_asks_the_worker_for_the_result_once(cluster):
+    """The ring's watch fetches a step's result with a 0.5 s timeout, and after each timeout looks at the
+    workers and fetches again, leaving the timed-out gather to end by itself.  When the result comes, the
+    gathers left waiting on it share one request to its worker: a step that runs long is fetched once, not
+    once per timeout (the result can be a wide state, 16 MB to 260 MB)."""
+    from distributed import Event
+
+    from nsdist.engine.cluster import fetch
+
+    hold, restore = held_answers(0.0)           # (held for no time: counts the worker's get_data requests)
+    cluster.run(hold)
+    try:
+        go = Event("nsdist-test-watch", client=cluster)
+        step = cluster.submit(lambda: Event("nsdist-test-watch").wait(60) and np.arange(1 << 18), pure=False)
+        for _ in range(6):
+            with pytest.raises(TimeoutError):
+                fetch(cluster, step, direct=True, timeout=0.1)
+        go.set()
+        assert fetch(cluster, step, direct=True).tolist() == list(range(1 << 18))
+        time.sleep(0.5)                         # (a gather left behind that asked on its own has asked by now)
+    finally:
+        gets = cluster.run(restore)
+    assert sum(gets.values()) == 1, gets
+
+
 def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster):
     """``settle`` (what the chain's release waits with) returns once every future has finished, erred or been
     cancelled -- False at its timeout -- and no result crosses to the driver (it fetched the wide state of a
@@ -1261,6 +1286,39 @@ def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster):
         finally:
             gets = cluster.run(restore)
     assert asked == [] and sum(gets.values()) == 0
+
+
+def test_a_cancelled_running_task_is_waited_for_until_it_ends(cluster, tmp_path):
+    """Cancelling a running task drops its result but not its thread: ``running_tasks`` still names it, and
+    ``wait_for_tasks`` (what a stopped ingest or predict waits with before it cleans up) returns once it has
+    ended -- after the file it writes last exists -- or, at its timeout, with the keys still running."""
+    from distributed import Event
+
+    from nsdist._faults import running_tasks, wait_for_tasks
+
+    done = tmp_path / "written"
+
+    def task(path: str) -> None:
+        from distributed import Event
+        from pathlib import Path
+
+        Event("nsdist-test-stop").wait(60)
+        Path(path).write_text("late")
+    go = Event("nsdist-test-stop", client=cluster)
+    fut = cluster.submit(task, str(done), key="nsdist-stoptest-0", pure=False)
+    other = cluster.submit(np.arange, 3, key="nsdist-other-0", pure=False)
+    deadline = time.monotonic() + 60
+    while not running_tasks(cluster, "nsdist-stoptest-"):
+        assert time.monotonic() < deadline, "the task did not start"
+        time.sleep(0.01)
+    cluster.cancel([fut])
+    assert fut.status == "cancelled" and other.result() is not None
+    assert running_tasks(cluster, "nsdist-stoptest-") == ["nsdist-stoptest-0"]     # it runs on
+    assert running_tasks(cluster, "nsdist-other-") == []
+    assert wait_for_tasks(cluster, "nsdist-stoptest-", timeout=0.3) == ["nsdist-stoptest-0"]
+    go.set()
+    assert wait_for_tasks(cluster, "nsdist-stoptest-", timeout=60) == []
+    assert done.read_text() == "late"
 
 
 def test_checks_fall_at_pass_ends_once_only_full_batch_candidates_train(cluster, letter_parquet, monkeypatch):

@@ -250,6 +250,84 @@ def test_what_a_killed_run_left_beside_an_s3_dataset_is_named_by_the_next_run(s3
     assert "killed run" not in nsdist("ingest", good, s3.url("left"), *args).stderr
 
 
+def held_chunk_writes(gate: str):
+    """``(hold, restore)`` for ``client.run``: ``hold`` makes a worker's ingest task that encodes a chunk and
+    writes its slices (``_Job.scatter``) mark ``gate/started-C`` and wait for the file ``gate/release`` (60 s at
+    most) before it does; ``restore`` puts the method back.  (Closures: Dask sends them by value.)"""
+    def hold(dask_worker) -> None:
+        from nsdist.data import ingestion
+
+        original = ingestion._Job.scatter
+        dask_worker.nsdist_scatter = original
+
+        def scatter(self, c, block, counts):
+            Path(gate, f"started-{c}").touch()
+            deadline = time.monotonic() + 60
+            while not Path(gate, "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return original(self, c, block, counts)
+        ingestion._Job.scatter = scatter
+
+    def restore(dask_worker) -> None:
+        from nsdist.data import ingestion
+
+        ingestion._Job.scatter = dask_worker.nsdist_scatter
+
+    return hold, restore
+
+
+def test_an_ingest_to_s3_stopped_while_a_worker_writes_leaves_nothing_behind(s3, cluster, local, opts, tmp_path):
+    """SIGTERM while a worker of a real cluster encodes the input's chunk for an in-place ingest to S3: Dask
+    cannot stop a running task (cancelling drops only its result), so the ingest waits for it to end before it
+    removes what was written.  It used to remove and exit first, and the task then wrote its chunk under the
+    new prefix (``stopped/_work/chunk-00000000.arrow``): an object with no marker and no manifest, which the
+    next ingest into ``stopped`` refused as an existing output."""
+    from distributed import Client
+
+    good = local / "stopped.csv"
+    good.write_text("\n".join(LETTER.read_text().splitlines()[:3000]) + "\n")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hold, restore = held_chunk_writes(str(gate))
+
+    def running(dask_worker) -> list:           # the ingest tasks its threads run, cancelled ones included
+        return [ts.key for ts in dask_worker.state.all_running_tasks if str(ts.key).startswith("nsdist-ingest")]
+    fs = s3.filesystem()
+    with Client(cluster.address) as client:
+        client.run(hold)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "nsdist", "ingest", str(good), s3.url("stopped"), "--format", "csv",
+                 "--label-column", "0", "--positive", "N", "--rows-per-partition", "500", "--storage-options",
+                 opts, "--scheduler", cluster.address, "--no-progress"],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+            deadline = time.monotonic() + 120
+            while not list(gate.glob("started-*")):             # the one chunk's task runs
+                assert proc.poll() is None and time.monotonic() < deadline, "no chunk task started"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            with pytest.raises(subprocess.TimeoutExpired):     # it waits for the held task
+                proc.wait(timeout=3)
+            (gate / "release").touch()
+            _, stderr = proc.communicate(timeout=120)
+            OUTPUTS.append(stderr)
+            deadline = time.monotonic() + 60           # no write can come after this
+            while any(client.run(running).values()):
+                assert time.monotonic() < deadline, "the held task did not end"
+                time.sleep(0.05)
+        finally:
+            (gate / "release").touch()
+            client.run(restore)
+    assert proc.returncode == 143, stderr
+    assert "waiting for 1 running task(s) to end before it cleans up" in stderr, stderr
+    fs.invalidate_cache()
+    assert not fs.exists(f"{s3.bucket}/stopped"), keys(fs, f"{s3.bucket}/stopped")
+    assert not [k for k in keys(fs, s3.bucket) if ".tmp-" in k]
+    nsdist("ingest", good, s3.url("stopped"), "--format", "csv", "--label-column", 0, "--positive", "N",
+           "--rows-per-partition", 500, "--storage-options", opts)           # the place is free: no --overwrite
+    assert keys(fs, f"{s3.bucket}/stopped") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(6))]
+
+
 def test_an_unfinished_in_place_ingest_is_refused_as_incomplete(s3, letter_url):
     fs = s3.filesystem()
     fs.pipe_file(f"{s3.bucket}/half/{INCOMPLETE}", b"{}")

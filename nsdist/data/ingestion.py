@@ -44,7 +44,7 @@ from distributed import Client, Future, as_completed
 from fsspec.spec import AbstractFileSystem
 
 from nsdist._connect import connect
-from nsdist._faults import MAX_RESTARTS, is_transient, redo_lost
+from nsdist._faults import MAX_RESTARTS, STOP_WAIT, is_transient, redo_lost, running_tasks, wait_for_tasks
 from nsdist.data import metadata as meta
 from nsdist.data.dataset import Dataset
 from nsdist.data.fs import access, check_absent, resolve, staging_directory
@@ -477,7 +477,12 @@ def stream_calls(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
     fails otherwise, the calls in flight are waited for (so that none writes
     after the caller cleans up) and the error of the earliest call that
     failed is raised -- the first bad line of the input, whichever block's
-    check ended first; on an interrupt they are cancelled.
+    check ended first.  On an interrupt (Ctrl-C, SIGTERM) the calls not yet
+    started are cancelled and the running ones waited for, :data:`~nsdist._faults.STOP_WAIT`
+    seconds at most: Dask cannot stop a running task, and one that ended after
+    the caller cleaned up would write into the output's place (on an object
+    store, which has no directories to remove, a stray object).  A second
+    interrupt leaves at once.
     """
     limit = 2 * max(1, sum(client.nthreads().values()))
     token = uuid.uuid4().hex[:8]
@@ -534,6 +539,14 @@ def stream_calls(client: Client, fn: Callable[..., Any], calls: Iterable[tuple],
             raise
         raise earliest from None
     except BaseException:
-        client.cancel(list(index))
+        client.cancel(list(index))                  # queued calls never start; running ones run on
+        prefix = f"nsdist-{name}-{token}-"
+        if running := running_tasks(client, prefix):
+            log.warning("%s: stopped; waiting for %d running task(s) to end before it cleans up (%g s at most: a "
+                        "running task cannot be stopped, and it would write after the cleanup)",
+                        name, len(running), STOP_WAIT)
+            if left := wait_for_tasks(client, prefix):
+                log.warning("%s: %d task(s) still running after %g s; what they write is left behind: %s",
+                            name, len(left), STOP_WAIT, ", ".join(left))
         raise
     return [results[i] for i in range(n)]
