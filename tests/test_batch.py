@@ -296,14 +296,22 @@ def test_a_state_is_the_one_it_started_from_with_what_its_blocks_changed(layout)
     ends = {"a block": run(start, 2),                                   # no pass ends: the L-BFGS memory stays
             "two blocks and a pass end": end_pass(run(run(start, 2), 3), population),
             "a mix of 3 chains": mix_states(start, [run(start, p) for p in (1, 2, 3)])}
+    before, paired = start.to_dict(), []
     for what, end in ends.items():
         change = end.change(start.alive, start.batch.clock())
         assert same(start.changed(change), end), what
+        assert start.to_dict() == before, what                            # a new state; the start as it was
+        into = start.copy()                  # the chain's way: the pairs written into the start's own memory
+        assert same(into.changed(change, in_place=True), end), what
+        if change.pairs is not None:
+            assert into.changed(change, in_place=True).batch.S is into.batch.S, what
+            paired.append(what)
         assert change.W.shape == (40, int(start.alive.sum())), what      # the frozen columns did not travel
         assert (change.rest.batch is None) == (end.batch.evaluations == start.batch.evaluations), what
         frozen = ~start.alive
         np.testing.assert_array_equal(end.W[:, frozen], start.W[:, frozen], err_msg=what)
         np.testing.assert_array_equal(end.W_sum[:, frozen], start.W_sum[:, frozen], err_msg=what)
+    assert paired == ["two blocks and a pass end"]
     first = SGDState.zeros(40, len(population))     # before any block: no full-batch memory to start from
     end = run(first, 0)
     assert same(first.changed(end.change(first.alive, None)), end)

@@ -775,10 +775,11 @@ class PartitionChain:
                             done = done[-1]
                         state, stats, *timings = done       # (a ring step's timings too)
                     else:           # the state the segment started from, with what the segment changed;
-                        # widened into that state's arrays: the chain holds it, and what it handed out is not
-                        # kept (the checks and checkpoints copy what they keep; on_step is handed a copy)
+                        # applied to that state's arrays (its L-BFGS memory's too): the chain holds it, and what
+                        # it handed out is not kept (the checks and checkpoints copy what they keep; on_step is
+                        # handed a copy)
                         change, stats = fetch(client, summary, direct)
-                        state = st.widened(start.changed(change), cols, in_place=True)
+                        state = st.widened(start.changed(change, in_place=True), cols, in_place=True)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
                     if not self._gather and i + 1 == self._stop:
