@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import dask
 import numpy as np
@@ -1161,6 +1161,21 @@ def test_the_driver_fetches_straight_from_workers_on_this_machine(cluster):
         assert asked == [1]
 
 
+def behind(gate: Path, then: Callable[[], object]) -> Callable[[], object]:
+    """A task that waits for the file ``gate`` (60 s at most), then returns ``then()``.  A file, not a
+    ``distributed.Event``: an Event in a task starts a client on its worker, and that client's handshake fails
+    (``assert len(msg) == 1`` in ``Client._ensure_connected``) when the scheduler's first batch to it also holds
+    a message to every client -- the "cancelled-keys" of a cancel made at that moment, as the settle test makes
+    one (a failed run of this module; the same error when the scheduler sends such a message as a worker's
+    client registers).  (A closure: Dask sends it by value.)"""
+    def task():
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return then()
+    return task
+
+
 def held_answers(seconds: float):
     """``(hold, restore)`` for ``client.run``: ``hold`` makes a worker wait ``seconds`` before it answers a
     ``get_data`` request (a fetch of a result straight from it) and counts them; ``restore`` puts its handler
@@ -1233,24 +1248,21 @@ def test_a_fetch_that_times_out_leaves_the_gather_it_shares_with_another_to_end(
     assert is_transient(lost.value)
 
 
-def test_a_watch_that_times_out_again_and_again_asks_the_worker_for_the_result_once(cluster):
+def test_a_watch_that_times_out_again_and_again_asks_the_worker_for_the_result_once(cluster, tmp_path):
     """The ring's watch fetches a step's result with a 0.5 s timeout, and after each timeout looks at the
     workers and fetches again, leaving the timed-out gather to end by itself.  When the result comes, the
     gathers left waiting on it share one request to its worker: a step that runs long is fetched once, not
     once per timeout (the result can be a wide state, 16 MB to 260 MB)."""
-    from distributed import Event
-
     from nsdist.engine.cluster import fetch
 
     hold, restore = held_answers(0.0)           # (held for no time: counts the worker's get_data requests)
     cluster.run(hold)
     try:
-        go = Event("nsdist-test-watch", client=cluster)
-        step = cluster.submit(lambda: Event("nsdist-test-watch").wait(60) and np.arange(1 << 18), pure=False)
+        step = cluster.submit(behind(tmp_path / "go", lambda: np.arange(1 << 18)), pure=False)
         for _ in range(6):
             with pytest.raises(TimeoutError):
                 fetch(cluster, step, direct=True, timeout=0.1)
-        go.set()
+        (tmp_path / "go").touch()
         assert fetch(cluster, step, direct=True).tolist() == list(range(1 << 18))
         time.sleep(0.5)                         # (a gather left behind that asked on its own has asked by now)
     finally:
@@ -1258,21 +1270,17 @@ def test_a_watch_that_times_out_again_and_again_asks_the_worker_for_the_result_o
     assert sum(gets.values()) == 1, gets
 
 
-def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster):
+def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster, tmp_path):
     """``settle`` (what the chain's release waits with) returns once every future has finished, erred or been
     cancelled -- False at its timeout -- and no result crosses to the driver (it fetched the wide state of a
     default job's last step for nothing: 1-1.7 s of a 20 s job)."""
-    from distributed import Event
-
     from nsdist.engine.cluster import settle
 
     hold, restore = held_answers(0.0)
     cluster.run(hold)
     with scheduler_gathers(cluster) as asked:
         try:
-            go = Event("nsdist-test-settle", client=cluster)
-            waiting = cluster.submit(lambda: Event("nsdist-test-settle").wait(60) and np.zeros(1 << 20),
-                                     pure=False)
+            waiting = cluster.submit(behind(tmp_path / "go", lambda: np.zeros(1 << 20)), pure=False)
             done = cluster.submit(np.arange, 3, pure=False)
             erred = cluster.submit(lambda: 1 / 0, pure=False)
             cancelled = cluster.submit(lambda x: x, waiting, pure=False)   # (never runs: it waits for that one)
@@ -1280,7 +1288,7 @@ def test_settle_waits_for_futures_to_end_and_fetches_none_of_them(cluster):
             assert settle([done, erred, cancelled], 30)
             assert (done.status, erred.status, cancelled.status) == ("finished", "error", "cancelled")
             assert not settle([waiting, done], 0.3) and waiting.status == "pending"
-            go.set()
+            (tmp_path / "go").touch()
             assert settle([waiting], 30) and waiting.status == "finished"
             assert settle([], 0)
         finally:
@@ -1292,20 +1300,11 @@ def test_a_cancelled_running_task_is_waited_for_until_it_ends(cluster, tmp_path)
     """Cancelling a running task drops its result but not its thread: ``running_tasks`` still names it, and
     ``wait_for_tasks`` (what a stopped ingest or predict waits with before it cleans up) returns once it has
     ended -- after the file it writes last exists -- or, at its timeout, with the keys still running."""
-    from distributed import Event
-
     from nsdist._faults import running_tasks, wait_for_tasks
 
     done = tmp_path / "written"
-
-    def task(path: str) -> None:
-        from distributed import Event
-        from pathlib import Path
-
-        Event("nsdist-test-stop").wait(60)
-        Path(path).write_text("late")
-    go = Event("nsdist-test-stop", client=cluster)
-    fut = cluster.submit(task, str(done), key="nsdist-stoptest-0", pure=False)
+    fut = cluster.submit(behind(tmp_path / "go", lambda: done.write_text("late")), key="nsdist-stoptest-0",
+                         pure=False)
     other = cluster.submit(np.arange, 3, key="nsdist-other-0", pure=False)
     deadline = time.monotonic() + 60
     while not running_tasks(cluster, "nsdist-stoptest-"):
@@ -1316,7 +1315,7 @@ def test_a_cancelled_running_task_is_waited_for_until_it_ends(cluster, tmp_path)
     assert running_tasks(cluster, "nsdist-stoptest-") == ["nsdist-stoptest-0"]     # it runs on
     assert running_tasks(cluster, "nsdist-other-") == []
     assert wait_for_tasks(cluster, "nsdist-stoptest-", timeout=0.3) == ["nsdist-stoptest-0"]
-    go.set()
+    (tmp_path / "go").touch()
     assert wait_for_tasks(cluster, "nsdist-stoptest-", timeout=60) == []
     assert done.read_text() == "late"
 
