@@ -284,14 +284,13 @@ def test_an_ingest_to_s3_stopped_while_a_worker_writes_leaves_nothing_behind(s3,
     next ingest into ``stopped`` refused as an existing output."""
     from distributed import Client
 
+    from nsdist._faults import wait_for_tasks
+
     good = local / "stopped.csv"
     good.write_text("\n".join(LETTER.read_text().splitlines()[:3000]) + "\n")
     gate = tmp_path / "gate"
     gate.mkdir()
     hold, restore = held_chunk_writes(str(gate))
-
-    def running(dask_worker) -> list:           # the ingest tasks its threads run, cancelled ones included
-        return [ts.key for ts in dask_worker.state.all_running_tasks if str(ts.key).startswith("nsdist-ingest")]
     fs = s3.filesystem()
     with Client(cluster.address) as client:
         client.run(hold)
@@ -311,10 +310,7 @@ def test_an_ingest_to_s3_stopped_while_a_worker_writes_leaves_nothing_behind(s3,
             (gate / "release").touch()
             _, stderr = proc.communicate(timeout=120)
             OUTPUTS.append(stderr)
-            deadline = time.monotonic() + 60           # no write can come after this
-            while any(client.run(running).values()):
-                assert time.monotonic() < deadline, "the held task did not end"
-                time.sleep(0.05)
+            assert wait_for_tasks(client, "nsdist-ingest", timeout=60) == []    # no write can come after this
         finally:
             (gate / "release").touch()
             client.run(restore)
