@@ -250,78 +250,95 @@ def test_what_a_killed_run_left_beside_an_s3_dataset_is_named_by_the_next_run(s3
     assert "killed run" not in nsdist("ingest", good, s3.url("left"), *args).stderr
 
 
-def held_chunk_writes(gate: str):
-    """``(hold, restore)`` for ``client.run``: ``hold`` makes a worker's ingest task that encodes a chunk and
-    writes its slices (``_Job.scatter``) mark ``gate/started-C`` and wait for the file ``gate/release`` (60 s at
-    most) before it does; ``restore`` puts the method back.  (Closures: Dask sends them by value.)"""
+def held_calls(gate: str, owner: str, name: str):
+    """``(hold, restore)`` for ``client.run``: ``hold`` makes a worker's calls of ``name`` of ``owner`` (a module,
+    or ``"module:Class"``) mark a file ``gate/started-*`` and wait for the file ``gate/release`` (60 s at most)
+    before they run; ``restore`` puts ``name`` back.  (Closures: Dask sends them by value.)"""
+    def where():
+        import importlib
+
+        module, _, cls = owner.partition(":")
+        return getattr(importlib.import_module(module), cls) if cls else importlib.import_module(module)
+
     def hold(dask_worker) -> None:
-        from nsdist.data import ingestion
+        import uuid
 
-        original = ingestion._Job.scatter
-        dask_worker.nsdist_scatter = original
+        original = getattr(where(), name)
+        dask_worker.nsdist_held = original
 
-        def scatter(self, c, block, counts):
-            Path(gate, f"started-{c}").touch()
+        def held(*args, **kwargs):
+            Path(gate, f"started-{uuid.uuid4().hex}").touch()
             deadline = time.monotonic() + 60
             while not Path(gate, "release").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            return original(self, c, block, counts)
-        ingestion._Job.scatter = scatter
+            return original(*args, **kwargs)
+        setattr(where(), name, held)
 
     def restore(dask_worker) -> None:
-        from nsdist.data import ingestion
-
-        ingestion._Job.scatter = dask_worker.nsdist_scatter
+        setattr(where(), name, dask_worker.nsdist_held)
 
     return hold, restore
 
 
-def test_an_ingest_to_s3_stopped_while_a_worker_writes_leaves_nothing_behind(s3, cluster, local, opts, tmp_path):
-    """SIGTERM while a worker of a real cluster encodes the input's chunk for an in-place ingest to S3: Dask
-    cannot stop a running task (cancelling drops only its result), so the ingest waits for it to end before it
-    removes what was written.  It used to remove and exit first, and the task then wrote its chunk under the
-    new prefix (``stopped/_work/chunk-00000000.arrow``): an object with no marker and no manifest, which the
-    next ingest into ``stopped`` refused as an existing output."""
+#: a command stopped while its workers run: what its tasks call (held), how many run at once on the two
+#: one-thread workers, where it writes
+STOPPED = {
+    "ingest": ("nsdist.data.ingestion:_Job", "scatter", 1, "stopped"),        # the input's one chunk, encoded
+    "predict": ("nsdist.engine.predict", "_score_file", 2, "scores/stopped"),  # a part file scored per worker
+}
+
+
+@pytest.mark.parametrize("command", sorted(STOPPED))
+def test_a_command_stopped_while_workers_write_to_s3_leaves_nothing_behind(s3, cluster, local, opts, letter_url,
+                                                                          embedded_run, tmp_path, command):
+    """SIGTERM while the workers of a real cluster run an ingest's or a predict's tasks, writing in place to a
+    new S3 prefix: Dask cannot stop a running task (cancelling drops only its result), so the command waits for
+    them to end before it removes what was written.  It used to remove and exit first, and a task then wrote
+    under the new prefix (the ingest: ``stopped/_work/chunk-00000000.arrow``): an object with no marker and no
+    manifest, which the next run into that place refused as an existing output."""
     from distributed import Client
 
     from nsdist._faults import wait_for_tasks
 
+    owner, name, running, where = STOPPED[command]
     good = local / "stopped.csv"
     good.write_text("\n".join(LETTER.read_text().splitlines()[:3000]) + "\n")
+    args = {"ingest": [good, s3.url(where), "--format", "csv", "--label-column", 0, "--positive", "N",
+                       "--rows-per-partition", 500],
+            "predict": [embedded_run, letter_url, s3.url(where)]}[command]
+    args = [*map(str, args), "--storage-options", opts]
     gate = tmp_path / "gate"
     gate.mkdir()
-    hold, restore = held_chunk_writes(str(gate))
+    hold, restore = held_calls(str(gate), owner, name)
     fs = s3.filesystem()
     with Client(cluster.address) as client:
         client.run(hold)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nsdist", "ingest", str(good), s3.url("stopped"), "--format", "csv",
-                 "--label-column", "0", "--positive", "N", "--rows-per-partition", "500", "--storage-options",
-                 opts, "--scheduler", cluster.address, "--no-progress"],
-                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+            proc = subprocess.Popen([sys.executable, "-m", "nsdist", command, *args, "--scheduler", cluster.address],
+                                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    env=dict(os.environ))
             deadline = time.monotonic() + 120
-            while not list(gate.glob("started-*")):             # the one chunk's task runs
-                assert proc.poll() is None and time.monotonic() < deadline, "no chunk task started"
+            while len(list(gate.glob("started-*"))) < running:         # every worker runs one
+                assert proc.poll() is None and time.monotonic() < deadline, "the tasks did not start"
                 time.sleep(0.01)
             proc.send_signal(signal.SIGTERM)
-            with pytest.raises(subprocess.TimeoutExpired):     # it waits for the held task
+            with pytest.raises(subprocess.TimeoutExpired):     # it waits for the held tasks
                 proc.wait(timeout=3)
             (gate / "release").touch()
             _, stderr = proc.communicate(timeout=120)
             OUTPUTS.append(stderr)
-            assert wait_for_tasks(client, "nsdist-ingest", timeout=60) == []    # no write can come after this
+            assert wait_for_tasks(client, f"nsdist-{command}", timeout=60) == []    # no write can come after this
         finally:
             (gate / "release").touch()
             client.run(restore)
     assert proc.returncode == 143, stderr
-    assert "waiting for 1 running task(s) to end before it cleans up" in stderr, stderr
+    assert f"{command}: stopped; waiting for {running} running task(s) to end before it cleans up" in stderr, stderr
     fs.invalidate_cache()
-    assert not fs.exists(f"{s3.bucket}/stopped"), keys(fs, f"{s3.bucket}/stopped")
+    assert not fs.exists(f"{s3.bucket}/{where}"), keys(fs, f"{s3.bucket}/{where}")
     assert not [k for k in keys(fs, s3.bucket) if ".tmp-" in k]
-    nsdist("ingest", good, s3.url("stopped"), "--format", "csv", "--label-column", 0, "--positive", "N",
-           "--rows-per-partition", 500, "--storage-options", opts)           # the place is free: no --overwrite
-    assert keys(fs, f"{s3.bucket}/stopped") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(6))]
+    nsdist(command, *args)                                          # the place is free: no --overwrite
+    parts = {"ingest": 6, "predict": 20}[command]
+    assert keys(fs, f"{s3.bucket}/{where}") == ["_nsdist.json", *(f"part-{i:05d}.parquet" for i in range(parts))]
 
 
 def test_an_unfinished_in_place_ingest_is_refused_as_incomplete(s3, letter_url):
