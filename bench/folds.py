@@ -88,7 +88,7 @@ def whole_call(X: np.ndarray, y: np.ndarray, measure: str, repeats: int, referen
     with tempfile.TemporaryDirectory() as tmp:
         url = write_parquet(Path(tmp) / "data", X, y, FILE_ROWS)
         for _ in range(repeats):
-            with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as cluster, \
                     Client(cluster) as client:
                 t = time.perf_counter()
                 model = nsdist.train(url, client=client, measure=measure, random_state=0, **MEASURES[measure])

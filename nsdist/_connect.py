@@ -14,15 +14,20 @@ import contextlib
 import logging
 import os
 import sys
+import weakref
 from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     from distributed import Client
     from distributed.security import Security
 
-__all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError"]
+__all__ = ["connect", "check_tls", "check_spawn_safe", "dashboard_link", "UnguardedScriptError", "LOOPBACK"]
 
 log = logging.getLogger("nsdist.engine")
+
+#: the one address the embedded cluster listens on (scheduler, workers, dashboards): a job on a laptop or a
+#: shared host opens no port on its network interfaces (docs/engine.md §Cluster)
+LOOPBACK = "127.0.0.1"
 
 
 class UnguardedScriptError(SystemExit):
@@ -94,16 +99,42 @@ def connect(client: Client | str | None = None, *, n_workers: int | None = None,
         check_spawn_safe()
     n = n_workers or max(1, min(os.cpu_count() or 1, 4))
     extra = {"silence_logs": logging.CRITICAL} if quiet else {}
+    # Dask's own defaults listen on every interface for the dashboard (":0"), and for the HTTP server of a worker
+    # in this process; worker processes and the scheduler's TCP port go where ``host`` says (in-process ones
+    # talk through memory, "inproc://", which takes no host)
+    where = {"host": LOOPBACK} if processes else {"worker_dashboard_address": f"{LOOPBACK}:0"}
     with LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=processes,
-                      memory_limit=memory_limit, dashboard_address=":0", **extra) as cluster, \
+                      memory_limit=memory_limit, dashboard_address=f"{LOOPBACK}:0", **where, **extra) as cluster, \
             Client(cluster, set_as_default=False) as c:
-        log.info("started an embedded LocalCluster with %d workers; dashboard: %s", n, c.dashboard_link)
+        _EMBEDDED.add(cluster)
+        log.info("started an embedded LocalCluster with %d workers; dashboard: %s", n, dashboard_link(c))
         try:
             yield c
         except Exception:
             _stop_heartbeats(c)
             raise
         _stop_heartbeats(c)
+
+
+_EMBEDDED: weakref.WeakSet = weakref.WeakSet()
+"""The clusters :func:`connect` started (their dashboards listen on :data:`LOOPBACK`)."""
+
+
+def dashboard_link(client: Client) -> str:
+    """The address of ``client``'s dashboard as a browser on this machine reaches it.
+
+    Dask's own link names the scheduler's host, which for an in-process cluster
+    is this machine's network address; the embedded cluster's dashboard listens
+    on :data:`LOOPBACK` only, so its link names that.  Any other cluster's link
+    is Dask's.
+    """
+    from urllib.parse import urlsplit
+
+    link = client.dashboard_link
+    if client.cluster is None or client.cluster not in _EMBEDDED:
+        return link
+    parts = urlsplit(link)
+    return parts._replace(netloc=f"{LOOPBACK}:{parts.port}").geturl() if parts.port else link
 
 
 def _release(client: Client, timeout: float = 0.5) -> None:

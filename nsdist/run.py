@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 import numpy as np
 
 from . import __version__
+from ._connect import dashboard_link
 from ._validation import ceil9
 from .jobs import DatasetSpec, TrainJob
 from .data.fs import is_there, resolve
@@ -549,6 +550,6 @@ def announce(client) -> str:
     workers = len(client.scheduler_info().get("workers", {}))
     kind = "embedded LocalCluster" if isinstance(client.cluster, LocalCluster) else \
         f"Dask scheduler {client.scheduler.address}"
-    where = f"{kind}, {workers} workers; dashboard: {client.dashboard_link}"
+    where = f"{kind}, {workers} workers; dashboard: {dashboard_link(client)}"
     print(f"nsdist: {where}", flush=True)
     return where

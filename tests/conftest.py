@@ -50,7 +50,7 @@ def dask_client():
     """
     from distributed import Client, LocalCluster
 
-    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as cluster, \
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address="127.0.0.1:0") as cluster, \
             Client(cluster, set_as_default=False) as client:
         yield client
 

@@ -57,7 +57,7 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
 
 @pytest.fixture(scope="module")
 def scheduler():
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address="127.0.0.1:0") as cluster:
         yield cluster.scheduler_address
 
 

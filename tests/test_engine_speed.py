@@ -347,7 +347,7 @@ def test_a_fresh_worker_of_a_dense_job_imports_neither_scipy_nor_the_ingest(tmp_
         pq.write_table(table.replace_schema_metadata(meta), sparse / f"part-{k}.parquet")
     heavy = ["scipy", "pyarrow.compute", "nsdist.data.ingestion", "sklearn"]
     fixed = dict(measure="pauc", solver="1pmb", eta=0.1, n_passes=1)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as lc, \
             Client(lc) as c:
         nsdist.train(str(dense), client=c, **fixed)
         # a lambda: cloudpickle sends it by value (a function of this module would make the worker import the

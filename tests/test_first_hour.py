@@ -46,7 +46,7 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
 
 @pytest.fixture(scope="module")
 def env():
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address="127.0.0.1:0") as cluster:
         yield {"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address}
 
 
@@ -325,6 +325,47 @@ def test_clients_close_cleanly_on_a_real_scheduler(dask_processes, letter, tmp_p
     log = (cluster.workdir / "scheduler.log").read_text()
     assert log.count("Receive client connection") >= 3
     assert "CommClosedError" not in log
+
+
+def _listening() -> set[tuple[int, str, int]]:
+    """``(pid, address, port)`` of every socket listening in this process and its child processes."""
+    import psutil
+
+    found = set()
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            sockets = getattr(proc, "net_connections", proc.connections)(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        found |= {(proc.pid, s.laddr.ip, s.laddr.port) for s in sockets if s.status == psutil.CONN_LISTEN}
+    return found
+
+
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
+def test_the_embedded_cluster_listens_on_this_machine_only(processes, capsys):
+    """The embedded cluster opens no port on the machine's network interfaces, and the link it prints opens its
+    dashboard.  Before: the dashboard listened on every interface (Dask's ``:0``), so did the in-process worker's
+    HTTP server (``ingest``, ``evaluate``), and the in-process link named the machine's network address, where
+    nothing listens once the dashboard is on loopback."""
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    from nsdist.engine.cluster import connect
+    from nsdist.run import announce
+
+    before = _listening()
+    with connect(n_workers=1, processes=processes, quiet=True) as client:
+        opened = _listening() - before
+        where = announce(client)
+        link = where.split("dashboard: ")[1]
+        with urlopen(link, timeout=30) as page:
+            assert page.status == 200
+    assert f"dashboard: {link}" in capsys.readouterr().out
+    assert urlsplit(link).hostname == "127.0.0.1" and urlsplit(link).port in {port for _, _, port in opened}
+    # the scheduler and the dashboard, and the workers' own ports (a worker in this process talks through memory)
+    assert len(opened) >= (4 if processes else 2), opened
+    assert {address for _, address, _ in opened} == {"127.0.0.1"}, opened
 
 
 SLOW_SCHEDULER = """

@@ -336,7 +336,7 @@ def test_wide_rows_score_to_the_same_bits_here_and_on_a_nanny_worker(tmp_path):
         pq.write_table(pa.table({**{n: X[:, j] for j, n in enumerate(names)}, "label": RNG.choice([-1, 1], 30_000)}),
                        tmp_path / f"p{i}.parquet")
     model = LinearModel(RNG.normal(size=d), 0.5, "auc", feature_names=names)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, \
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as lc, \
             Client(lc, set_as_default=False) as client:
         assert client.run(lambda: os.environ.get("OPENBLAS_NUM_THREADS")) == {w: "1" for w in lc.workers.values()
                                                                              for w in [w.worker_address]}

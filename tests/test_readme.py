@@ -121,7 +121,7 @@ def test_readme_typical_session_runs_as_pasted(tmp_path):
     lines = [line for line in block.splitlines() if line.strip()]
     assert len(lines) >= 5 and all(line.startswith("nsdist ") for line in lines)
     cwd = workdir(tmp_path)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0") as cluster:
         for line in lines:
             proc = subprocess.run(line, shell=True, cwd=cwd, capture_output=True, text=True, timeout=600,
                                   env={**env(), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -632,7 +632,7 @@ def test_memory_left_in_a_dask_worker_is_bounded_by_its_memory_limit():
     from nsdist.estimator import memory_left
 
     assert 0 < memory_left() <= psutil.virtual_memory().total
-    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="400MB", dashboard_address=":0",
+    with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit="400MB", dashboard_address="127.0.0.1:0",
                       host="127.0.0.1") as cluster, Client(cluster) as client:
         left, rss = client.submit(lambda: (memory_left(), psutil.Process().memory_info().rss)).result()   # a task
     assert 0 < left <= 400e6 - rss + 50e6       # the worker's resident memory moved a little between the calls

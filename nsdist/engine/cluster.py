@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterator
 import dask
 import numpy as np
 
-from nsdist._connect import UnguardedScriptError, check_spawn_safe, check_tls, connect
+from nsdist._connect import UnguardedScriptError, check_spawn_safe, check_tls, connect, dashboard_link
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 _check_tls = check_tls  # the former private name
 
-__all__ = ["connect", "check_tls", "check_spawn_safe", "UnguardedScriptError", "heap_for_blocks",
+__all__ = ["connect", "dashboard_link", "check_tls", "check_spawn_safe", "UnguardedScriptError", "heap_for_blocks",
            "MMAP_THRESHOLD", "TRIM_THRESHOLD", "direct_to_workers", "fetch", "check_partitions_fit", "READ_COPIES"]
 
 log = logging.getLogger("nsdist.engine")
