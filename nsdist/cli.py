@@ -35,7 +35,7 @@ __all__ = ["main", "build_parser", "train_job", "TRAIN_OPTIONS"]
 log = logging.getLogger("nsdist")
 
 SCHEDULER_HELP = ("address of a running Dask scheduler (tcp://host:8786); default: $DASK_SCHEDULER_ADDRESS, "
-                  "else an embedded LocalCluster starts and its dashboard link is printed")
+                  "else an embedded LocalCluster starts, listening on 127.0.0.1 only, and its dashboard link is printed")
 NO_PROGRESS_HELP = "no progress bar (it is off when stderr is not a terminal)"
 CSV_POSITION = "a CSV's columns: a name, or a 0-based position (col0, col1, ... without a header line)"
 DROP_HELP = "a column that is neither a feature nor the label (an id, a timestamp): left out, never read (repeatable)"
