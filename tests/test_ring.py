@@ -19,6 +19,7 @@ from distributed import Client, Future, LocalCluster
 import nsdist
 from nsdist._faults import WorkLost
 from nsdist.api import train
+from nsdist.engine import chain
 from nsdist.engine.chain import CACHE_KEY
 from nsdist.engine.ring import RING_KEY, TIMINGS, Mailbox, ring_slots
 from test_engine import letter_arrays, letter_by_negatives, letter_by_rows
@@ -51,18 +52,26 @@ def fit(url, client, **params):
     return model, timings
 
 
-@pytest.mark.parametrize("solver, measure, n_passes", [("1pmb", "pauc", 1), ("2pmb", "prbep", 1),
-                                                        ("1pmb", "f1", 2), ("2pmb", "pauc", 2)])
-def test_the_ring_gives_the_estimators_model_and_that_of_dependent_steps(cluster, files,
-                                                                          solver, measure, n_passes):
+@pytest.mark.parametrize("solver, measure, n_passes, wide", [("1pmb", "pauc", 1, False), ("2pmb", "prbep", 1, False),
+                                                              ("1pmb", "f1", 2, False), ("2pmb", "pauc", 2, False),
+                                                              ("1pmb", "pauc", 1, True), ("2pmb", "prbep", 2, True)])
+def test_the_ring_gives_the_estimators_model_and_that_of_dependent_steps(cluster, files, monkeypatch,
+                                                                          solver, measure, n_passes, wide):
     """Each step a task of its own, its state sent by the step before: the in-memory solver's model on the same
     rows in the same order, bit for bit, and the model of the chain whose steps take their states as
-    dependencies.  Two passes with the partition cache off: the ring then spans the pass's end too."""
+    dependencies.  Two passes with the partition cache off: the ring then spans the pass's end too.  ``wide``:
+    every state handled as a wide one (``GATHER_BYTES = 0``: it stays on the workers, and the driver fetches
+    each step's summary), as at d = 2^20 -- the same ring, the same model."""
+    from distributed import get_task_stream
+
     url, X, y = files[solver]
     params = dict(measure=measure, solver=solver, buffer_size=500, eta=0.05, n_passes=n_passes, shuffle=False,
                   random_state=3)
+    if wide:
+        monkeypatch.setattr(chain, "GATHER_BYTES", 0)
     with dask.config.set({CACHE_KEY: False}):
-        ringed, timings = fit(url, cluster, **params)
+        with get_task_stream(cluster) as stream:
+            ringed, timings = fit(url, cluster, **params)
         with dask.config.set({RING_KEY: False}):
             dependent, untimed = fit(url, cluster, **params)
     est = nsdist.NonDecomposableClassifier(**params, standardize=False).fit(X, y)
@@ -72,7 +81,11 @@ def test_the_ring_gives_the_estimators_model_and_that_of_dependent_steps(cluster
     assert ringed.intercept == dependent.intercept and ringed.history["epochs"] == dependent.history["epochs"]
     assert len(timings) == 8 * n_passes and untimed == [None] * len(timings)
     ring = [t for t in timings if t is not None]
-    assert len(ring) >= len(timings) - 3          # (a fixed run keeps its last blocks for the cut: dependent steps)
+    assert len(ring) == len(timings)
+    keys = [str(t["key"]) for t in stream.data]
+    assert sorted(int(k.rsplit("-", 1)[1]) for k in keys if k.startswith("nsdist-ring-")) == list(range(len(ring)))
+    assert not [k for k in keys if k.startswith(("nsdist-step-", "nsdist-load-"))]
+    assert any(k.startswith("nsdist-summary-") for k in keys) == wide
     for t in ring:                                 # load, then the state, then the step
         t = dict(zip(TIMINGS, t))
         assert t["load_start"] <= t["load_end"] <= t["step_start"] <= t["step_end"]
@@ -81,6 +94,45 @@ def test_the_ring_gives_the_estimators_model_and_that_of_dependent_steps(cluster
     ends = [t[TIMINGS.index("step_end")] for t in ring]
     starts = [t[TIMINGS.index("step_start")] for t in ring]
     assert all(s >= e for s, e in zip(starts[1:], ends[:-1]))
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["state-gathered", "state-left-on-cluster"])
+def test_blocks_kept_for_the_cut_are_stepped_in_the_ring_where_they_were_loaded(cluster, shared_data, tmp_path,
+                                                                               monkeypatch, wide):
+    """A fixed 1PMB run on sparse data (LIBSVM's w8a, 8 partitions) keeps the blocks of its last steps for its
+    cut (docs/engine.md §Holdout and sample).  Those steps are in the ring too: each block is loaded by a task
+    of its own on its ring step's worker, behind that worker's step before, and stepped there; the cut scores
+    the blocks where they lie and reads no file again.  The model, intercept included, is that of the chain of
+    dependent steps, bit for bit.  ``wide``: the state left on the workers (``GATHER_BYTES = 0``)."""
+    from distributed import get_task_stream
+
+    from nsdist import ingest
+
+    ds = ingest(shared_data / "w8a" / "w8a.xz", tmp_path / "w8a", layout="sparse", rows_per_partition=6250,
+                client=cluster)
+    assert len(ds.partitions) == 8
+    params = dict(measure="prec@k", k=0.02, solver="1pmb", buffer_size=500, eta=0.5, n_passes=1, random_state=4,
+                  validation_max_rows=12_500)
+    if wide:
+        monkeypatch.setattr(chain, "GATHER_BYTES", 0)
+    with get_task_stream(cluster) as stream:
+        ringed, timings = fit(ds.url, cluster, **params)
+    with dask.config.set({RING_KEY: False}):
+        dependent, _ = fit(ds.url, cluster, **params)
+    np.testing.assert_array_equal(ringed.coef, dependent.coef)
+    assert ringed.intercept == dependent.intercept and ringed.history["epochs"] == dependent.history["epochs"]
+    assert len(timings) == 8 and all(t is not None for t in timings)
+    where = {str(t["key"]): t["worker"] for t in stream.data}
+    order = {str(t["key"]): t["startstops"][-1]["start"] for t in stream.data}
+    steps = {int(k.rsplit("-", 1)[1]): k for k in where if k.startswith("nsdist-ring-")}
+    kept = {int(k.rsplit("-", 1)[1]): k for k in where if k.startswith("nsdist-load-")}
+    assert sorted(steps) == list(range(8)) and sorted(kept) == [6, 7]          # 2 x 6250 rows <= 12,500
+    for i, load in kept.items():
+        assert where[load] == where[steps[i]]                                  # loaded where it is stepped
+        assert order[steps[i - 2]] < order[load] < order[steps[i]]             # behind that worker's step before
+    assert not [k for k in where if k.startswith(("_read-", "nsdist-step-"))]
+    assert sum(k.startswith("_block_scores") for k in where) == 2
+    assert any(k.startswith("nsdist-summary-") for k in where) == wide
 
 
 def test_ring_slots_deal_one_slot_a_thread_in_turn_and_need_two():
@@ -179,10 +231,14 @@ def test_two_jobs_sharing_one_cluster_both_finish_with_their_own_models(cluster,
         assert a.intercept == b.intercept
 
 
-def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_processes, files, reliability, tmp_path):
+@pytest.mark.parametrize("wide", [False, True], ids=["state-gathered", "state-left-on-cluster"])
+def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_processes, files, reliability, tmp_path,
+                                                                    monkeypatch, wide):
     """``dask worker`` processes: the worker holding the ring's next steps is SIGKILLed after step 3 is
     reported; the steps pinned to it never run, the driver sees the worker go and redoes the steps from the
-    last one reported (a ring on the two workers left), to the undisturbed run's model.
+    last one reported (a ring on the two workers left), to the undisturbed run's model.  ``wide``: every
+    state handled as a wide one (``GATHER_BYTES = 0``): the driver has fetched no step's state, and the redo
+    starts from the segment's start.
 
     The ring's steps after step 3 wait, on their workers, for a file the driver writes once the worker is
     killed: Letter's steps take milliseconds, and the ring could otherwise finish before step 3 is reported
@@ -193,18 +249,27 @@ def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_process
 
     def hold_steps_after(last: int) -> None:
         """(In each worker.)  A ring step after ``last`` takes its state only once ``gate`` exists (60 s at
-        most), so that it is still running -- its block loaded -- when the driver reports step ``last``."""
-        from nsdist.engine import chain
+        most), so that it is still running -- its block loaded -- when the driver reports step ``last``.  It
+        waits out of the worker's thread pool, as a long wait for a state does (``Mailbox.take``): a wide
+        state's step is reported by a summary task that its worker runs after its next ring step."""
+        from distributed import rejoin, secede
 
-        take = chain.take_state
+        from nsdist.engine import chain as on_worker
+
+        take = on_worker.take_state
 
         def gated(ring, step):
-            deadline = time.monotonic() + 60
-            while step > last and not os.path.exists(gate) and time.monotonic() < deadline:
-                time.sleep(0.005)
+            if step > last and not os.path.exists(gate):
+                secede()
+                deadline = time.monotonic() + 60
+                while not os.path.exists(gate) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                rejoin()
             return take(ring, step)
-        chain.take_state = gated
+        on_worker.take_state = gated
 
+    if wide:
+        monkeypatch.setattr(chain, "GATHER_BYTES", 0)
     with dask_processes(3) as procs, procs.client() as client:
         reference, _ = fit(url, client, **params)
         client.run(hold_steps_after, 3)
@@ -221,7 +286,8 @@ def test_a_ring_worker_sigkilled_mid_pass_gives_the_identical_model(dask_process
                 open(gate, "w").close()
 
         survived = train(url, client=client, standardize=False, on_step=kill_at, **params)
-        reliability("fault", "SIGKILL a worker of the chain's ring mid-pass (1PMB, one pass, 8 steps)",
+        reliability("fault", "SIGKILL a worker of the chain's ring mid-pass (1PMB, one pass, 8 steps"
+                    + (", the state left on the workers)" if wide else ")"),
                     injected=len(kills), survivors=len(client.scheduler_info()["workers"]))
         assert kills == [-signal.SIGKILL] and len(client.scheduler_info()["workers"]) == 2
         np.testing.assert_array_equal(survived.coef, reference.coef)

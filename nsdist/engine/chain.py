@@ -178,15 +178,17 @@ def step_group(handed: Handed, dataset: Dataset, cfg: ChainConfig, reservoir: Re
 
 def ring_step(start: SGDState | None, ring: str, step: int, following: str | None, dataset: Dataset,
               cfg: ChainConfig, reservoir: Reservoir | None, partition: int, pass_index: int, last_of_pass: bool,
-              file_order: bool) -> tuple[SGDState, np.ndarray, np.ndarray]:
+              file_order: bool, block=None) -> tuple[SGDState, np.ndarray, np.ndarray]:
     """Step ``step`` of the chain in the ring (runs on its slot's worker; :mod:`nsdist.engine.ring`):
-    :func:`load_block`, then the state -- ``start``, or the one the step before sent to this worker's mailbox --,
+    :func:`load_block` (or ``block``, loaded by a task of its own on this worker: a block kept for the cut),
+    then the state -- ``start``, or the one the step before sent to this worker's mailbox --,
     :func:`step_block`, and the new state sent to the worker of the step that follows (``following``; None:
     the ring's last step, whose result the next task takes as a dependency).  The very calls of a load task and
     a step task, so the same states to the bit.  Returns ``(state, stats, timings)``
     (:data:`~nsdist.engine.ring.TIMINGS`)."""
     t0 = time.time()
-    block = load_block(dataset, partition, pass_index, cfg, None, file_order)
+    if block is None:
+        block = load_block(dataset, partition, pass_index, cfg, None, file_order)
     t1 = time.time()
     start, arrived = (start, t1) if start is not None else take_state(ring, step)
     t2 = time.time()
@@ -217,19 +219,20 @@ def _alive_only(before: SGDState, after: SGDState) -> bool:
             and (after.epoch, after.skipped, after.rows_seen) == (before.epoch, before.skipped, before.rows_seen))
 
 
-def step_summary(result: tuple[SGDState, np.ndarray]) -> tuple[np.ndarray, int]:
-    """What the driver reports of a step whose state it does not fetch: its epoch statistics and rows seen."""
-    state, stats = result
-    return stats, state.rows_seen
+def step_summary(result: tuple) -> tuple:
+    """What the driver reports of a step whose state it does not fetch: its epoch statistics and rows seen (and a
+    ring step's timings, :func:`ring_step`)."""
+    state, stats, *timings = result
+    return (stats, state.rows_seen, *timings)
 
 
 def segment_change(result: tuple[SGDState, np.ndarray], alive: np.ndarray, clock: tuple[int, np.ndarray] | None
                    ) -> tuple[StateChange, np.ndarray]:
     """What the driver fetches at the end of a segment of a wide state (runs where the state lives): what the
     segment changed in the state it started from (live candidates ``alive``, full-batch memory at ``clock``;
-    :meth:`SGDState.change`), and the last step's epoch statistics."""
-    state, stats = result
-    return state.change(alive, clock), stats
+    :meth:`SGDState.change`), and the last step's epoch statistics (and a ring step's timings)."""
+    state, stats, *timings = result
+    return (state.change(alive, clock), stats, *timings)
 
 
 def step_model(handed: Handed, cfg: ChainConfig) -> tuple[np.ndarray, Scaling | None]:
@@ -649,18 +652,23 @@ class PartitionChain:
         # worker, which comes to hold them all (the reads spread over the workers; each is sent there once)
         fused = self.fused if self.cache and self._gather and per_round == 1 and not self.keep_loads else 0
         on_home = dict(workers=[min(workers)], allow_other_workers=True) if fused and workers else {}
-        # the ring (a narrow state, one chain, no cache): each step a task pinned to its slot, which the step before
-        # sends the state to (nsdist.engine.ring) -- up to the first step whose block is kept for the cut.  Its
-        # steps load their own blocks, so it runs a segment that ends the plan and has no loads submitted ahead
-        # for it (a segment after a check starts on those: dependent steps keep it from stalling on a load)
-        ringed = self._gather and per_round == 1 and not self.cache and not ahead and self._stop == len(steps)
+        # the ring (one chain, no cache): each step a task pinned to its slot, which the step before sends the
+        # state to (nsdist.engine.ring).  Its steps load their own blocks (a block kept for the cut: a load task
+        # pinned to the slot, behind the slot's step before), so it runs a segment that ends the plan and has no
+        # loads submitted ahead for it (a segment after a check starts on those: dependent steps keep it from
+        # stalling on a load).  A wide state's ring starts on the worker that holds the segment's first state.
+        ringed = per_round == 1 and not self.cache and not ahead and self._stop - self._pos >= 2 \
+            and self._stop == len(steps)
         slots = self._ring_slots(workers, depth + 1) if ringed else []
-        ring_start, ring_stop = self._pos, self._pos
-        if slots:
-            ring_stop = min((k for k in self.keep_loads if self._pos <= k < self._stop), default=self._stop)
-            if ring_stop - ring_start < 2:
-                slots, ring_stop = [], ring_start
+        if slots and first_load.get("workers", [None])[0] in slots:
+            k = slots.index(first_load["workers"][0])
+            slots = slots[k:] + slots[:k]
+        ring_start, ring_stop = self._pos, self._stop if slots else self._pos
+        # a wide state's step reports through its summary task, which its worker runs after its next ring step
+        # (the summary is sent there once the step is done): two more steps in flight keep the slots busy
+        ring_window = max(depth, 2 * len(slots) - 1 + (0 if self._gather else 2))
         ring = f"{token}-{self._rings}"
+        ringed_steps: deque[Future] = deque(maxlen=max(1, len(slots)))     # each slot's last step
         self._rings += 1
 
         def group(first: int, stop: int, after: Future | SGDState) -> tuple[int, Future]:
@@ -705,17 +713,31 @@ class PartitionChain:
         try:
             while self._pos < self._stop:
                 # ``prefetch`` partitions ahead, and always the next round's loads beside the running one
-                while nxt < self._stop and len(inflight) <= (depth if nxt >= ring_stop else
-                                                              max(depth, 2 * len(slots) - 1)):
+                while nxt < self._stop and len(inflight) <= (depth if nxt >= ring_stop else ring_window):
                     if nxt < ring_stop:     # no dependency on the step before: its state comes by message
-                        k = nxt - ring_start
-                        prev = client.submit(ring_step, st if nxt == ring_start else None, ring, nxt,
-                                             slots[(k + 1) % len(slots)] if nxt + 1 < ring_stop else None, ds, spec,
+                        k, final = nxt - ring_start, nxt + 1 == self._stop
+                        slot, priority = dict(workers=[slots[k % len(slots)]], allow_other_workers=False), \
+                            RING_PRIORITY + ring_stop - nxt
+                        block = None
+                        if nxt in self.keep_loads:      # (keyed by the ring: a dependent load's gate is another)
+                            block = self.kept[nxt] = self._load(
+                                ds, spec, nxt, ringed_steps[0] if len(ringed_steps) == len(slots) else None,
+                                file_order, ring, priority=priority, **slot)
+                        prev = client.submit(ring_step, prev if nxt == ring_start else None, ring, nxt,
+                                             None if final else slots[(k + 1) % len(slots)], ds, spec,
                                              self._res_future, steps[nxt].block, steps[nxt].pass_index,
-                                             ends_pass(steps, nxt), file_order, key=f"nsdist-ring-{ring}-{nxt}",
-                                             workers=[slots[k % len(slots)]], allow_other_workers=False,
-                                             priority=RING_PRIORITY + ring_stop - nxt)
-                        inflight.append((nxt, prev, [prev], None))
+                                             ends_pass(steps, nxt), file_order, block, key=f"nsdist-ring-{ring}-{nxt}",
+                                             priority=priority, **slot)
+                        summary = None
+                        # as a dependent step's (below), keyed by the ring as its steps are: a redo's summary under
+                        # the old key could find the old one, waiting on a step pinned to a worker that left
+                        if not self._gather:
+                            summary = client.submit(segment_change, prev, start.alive, clock,
+                                                    key=f"nsdist-change-{ring}-{nxt}", priority=priority) if final \
+                                else client.submit(step_summary, prev, key=f"nsdist-summary-{ring}-{nxt}",
+                                                   priority=priority)
+                        inflight.append((nxt, prev, [prev], summary))
+                        ringed_steps.append(prev)
                         nxt += 1
                         self._submitted(nxt, prev)
                         if nxt == self._stop:
@@ -778,20 +800,22 @@ class PartitionChain:
                         # applied to that state's arrays (its L-BFGS memory's too): the chain holds it, and what
                         # it handed out is not kept (the checks and checkpoints copy what they keep; on_step is
                         # handed a copy)
-                        change, stats = fetch(client, summary, direct)
+                        change, stats, *timings = (self._fetch_ring(summary, slots, direct) if i < ring_stop
+                                                   else fetch(client, summary, direct))
                         state = st.widened(start.changed(change, in_place=True), cols, in_place=True)
                     inflight.popleft()
                     self._state, self._pos = state, i + 1
                     if not self._gather and i + 1 == self._stop:
                         self._tail = (fut, state, cols)
-                        self._report(i, stats, state.rows_seen, None, state.copy)     # ... the next one widens it
+                        self._report(i, stats, state.rows_seen, None, state.copy, *timings)  # the next one widens it
                     else:
                         self._report(i, stats, state.rows_seen, state, None, *timings)
                 else:
-                    stats, rows_seen = summary.result()
+                    stats, rows_seen, *timings = (self._fetch_ring(summary, slots, direct) if i < ring_stop
+                                                  else summary.result())
                     inflight.popleft()
                     self._report(i, stats, rows_seen, None,
-                                 lambda f=fut: st.widened(fetch(client, f, direct)[0], cols))
+                                 lambda f=fut: st.widened(fetch(client, f, direct)[0], cols), *timings)
         except BaseException:
             # The traceback keeps this attempt's futures alive: release the partitions loaded ahead
             # and the failed step now, so that they neither stay in the workers' memory nor answer
